@@ -1,0 +1,86 @@
+# cellar: see README.md.  `make run` and `make test` install what is missing.
+
+CC      ?= cc
+PKGS    := libmicrohttpd hdf5 jansson libuv yajl
+DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libhdf5-dev hdf5-plugin-lzf \
+            libjansson-dev libuv1-dev libyajl-dev zlib1g-dev libzstd-dev liblz4-dev \
+            libblosc-dev curl ca-certificates
+
+SANITIZE ?=
+ifeq ($(SANITIZE),)
+BUILD   := build
+SANFLAGS :=
+else
+BUILD   := build-san
+SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+endif
+
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wvla -Werror
+CFLAGS  ?= -O2 -g
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) -I. \
+             $(shell pkg-config --cflags $(PKGS) 2>/dev/null) -MMD -MP
+LDLIBS  = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lz -lpthread -lm
+ALL_LDFLAGS = $(LDFLAGS) $(SANFLAGS)
+
+LIB_SRC  := $(wildcard common/*.c storage/*.c api/*.c) $(filter-out server/main.c,$(wildcard server/*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+UNIT_SRC := $(wildcard tests/unit/*.c)
+UNIT_OBJ := $(UNIT_SRC:%.c=$(BUILD)/%.o)
+
+PYTHON_FOR_VENV := $(shell sh tests/find_python.sh)
+VENV    := .venv
+PORT    ?= 8080
+
+.PHONY: all deps run test unit pytest venv clean check-deps
+all: $(BUILD)/cellar
+
+# Installs the Debian packages that are missing (needs root, as on CI).
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/libcellar.a: $(LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/cellar: $(BUILD)/server/main.o $(BUILD)/libcellar.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/unit_tests: $(UNIT_OBJ) $(BUILD)/libcellar.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+
+run: deps
+	$(MAKE) $(BUILD)/cellar
+	./$(BUILD)/cellar --root examples --bind 127.0.0.1 --port $(PORT)
+
+$(VENV)/.done: tests/requirements.txt tests/find_python.sh
+	@test -n "$(PYTHON_FOR_VENV)" || { echo "no Python >= 3.12 found"; exit 1; }
+	rm -rf $(VENV)
+	$(PYTHON_FOR_VENV) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
+	touch $@
+
+venv: $(VENV)/.done
+
+unit: $(BUILD)/unit_tests
+	./$(BUILD)/unit_tests
+
+pytest: $(BUILD)/cellar venv
+	CELLAR_BIN=$(abspath $(BUILD)/cellar) $(VENV)/bin/python -m pytest -q tests/http
+
+test: deps
+	$(MAKE) unit
+	$(MAKE) pytest
+
+clean:
+	rm -rf build build-san
+
+-include $(LIB_OBJ:.o=.d) $(UNIT_OBJ:.o=.d) $(BUILD)/server/main.d

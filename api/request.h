@@ -1,0 +1,114 @@
+/* What a handler sees of a request, and what it fills in for the answer.
+ *
+ * The server (server/http.c) builds an api_request from libmicrohttpd's
+ * connection, routes it (server/router.c) and calls the handler; api/ never
+ * includes microhttpd.h.  Handlers return 0 after filling the response, or a
+ * negative cellar_code with err filled; the server renders errors as
+ * problem+json (api/problem.c). */
+#ifndef CELLAR_API_REQUEST_H
+#define CELLAR_API_REQUEST_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/arena.h"
+#include "common/buf.h"
+#include "common/error.h"
+#include "storage/registry.h"
+
+typedef struct api_param {
+    const char *key, *value;  /* percent-decoded */
+} api_param;
+
+typedef struct api_config {
+    uint64_t max_response_bytes;
+    const char *cors_origin;
+} api_config;
+
+typedef enum api_format {
+    FORMAT_JSON = 1,
+    FORMAT_BIN,
+    FORMAT_NPY,
+    FORMAT_CSV,
+    FORMAT_NEWICK
+} api_format;
+
+typedef struct api_request {
+    arena *arena;              /* freed when the request completes */
+    const char *method;        /* "GET", "HEAD", "POST" */
+    const char *path;          /* the URL path as received */
+    const api_config *config;
+    registry *registry;
+
+    /* Path parts, percent-decoded one segment at a time after routing. */
+    const char *store_name;    /* NULL on routes without a store */
+    store *store;              /* the referenced version, NULL until resolved */
+    const char *mod;           /* /mod/{mod}, or {mod} of obsmap/varmap; else NULL */
+    int raw;                   /* the route went through {ad}/raw/ */
+    const char *element;       /* "obs", "var", "X", "layers", ... */
+    const char *key;           /* the rest after the element, e.g. "schema" or a layer name */
+
+    api_param *query;          /* query arguments in order */
+    size_t n_query;
+    json_t *body;              /* POST: the parsed JSON object; else NULL */
+    const char *accept;        /* Accept header or NULL */
+} api_request;
+
+#define API_MAX_HEADERS 8
+
+typedef struct api_response {
+    int status;                /* 200 unless set */
+    const char *content_type;  /* static string */
+    buf body;                  /* taken over by the server */
+    struct {
+        const char *name, *value; /* value from the request arena */
+    } headers[API_MAX_HEADERS];
+    size_t n_headers;
+} api_response;
+
+typedef int (*api_handler)(api_request *req, api_response *res, cellar_error *err);
+
+/* A parameter from the query or, for POST, from the body; the query wins if
+ * both have it.  Body numbers and booleans come back as text. NULL when
+ * absent.  A body value that is an array fails with CELLAR_EINVAL. */
+int api_param_str(const api_request *req, const char *name, const char **out,
+                  cellar_error *err);
+
+/* A list parameter: from the query split at commas, or from a body JSON array
+ * (strings and integers taken as text, any characters allowed), or a body
+ * string split at commas.  *items is NULL and *n 0 when absent. */
+int api_param_list(const api_request *req, const char *name, const char ***items, size_t *n,
+                   cellar_error *err);
+
+/* A selection parameter (rows=, cols=, mod_rows=): text parsed by
+ * selection_parse, or a body JSON array of integers.  *present is 0 and *out
+ * is selection_all() when absent. */
+int api_param_selection(const api_request *req, const char *name, selection *out,
+                        int *present, cellar_error *err);
+
+/* Rejects parameters not in `allowed` (NULL-terminated) with CELLAR_EINVAL,
+ * so a typo is not silently ignored.  "format" is always allowed. */
+int api_check_params(const api_request *req, const char *const *allowed, cellar_error *err);
+
+/* The answer format from ?format= or Accept, among those allowed for the
+ * route (bitmask of 1 << api_format); JSON when neither asks.  CELLAR_EINVAL
+ * for an unknown ?format= name, CELLAR_ENOTACCEPT for a known one this
+ * route cannot produce. */
+int api_negotiate_format(const api_request *req, unsigned allowed, api_format *out,
+                         cellar_error *err);
+
+/* Adds a response header (name static, value copied into the arena). */
+int api_add_header(api_request *req, api_response *res, const char *name, const char *value);
+
+/* Fails with CELLAR_ETOOBIG and a hint when bytes exceeds the limit.
+ * `unit` names what can be split ("rows") and `per_unit` is the cost of one,
+ * to say how many fit. */
+int api_check_budget(const api_request *req, uint64_t bytes, const char *unit,
+                     uint64_t per_unit, cellar_error *err);
+
+/* Resolves req->store from req->store_name (taking a reference that the
+ * server releases when the request completes). */
+int api_open_store(api_request *req, cellar_error *err);
+
+#endif

@@ -1,0 +1,60 @@
+#include "common/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *cellar_strerror(int code)
+{
+    switch (code) {
+    case CELLAR_OK: return "OK";
+    case CELLAR_EINVAL: return "Bad Request";
+    case CELLAR_ENOTFOUND: return "Not Found";
+    case CELLAR_ENOTACCEPT: return "Not Acceptable";
+    case CELLAR_ETOOBIG: return "Content Too Large";
+    case CELLAR_ERANGE: return "Range Not Satisfiable";
+    case CELLAR_EFORMAT: return "Unprocessable Content";
+    case CELLAR_EMETHOD: return "Method Not Allowed";
+    case CELLAR_ENOMEM: return "Out of Memory";
+    case CELLAR_EIO: return "I/O Error";
+    case CELLAR_EUNAVAILABLE: return "Service Unavailable";
+    default: return "Internal Server Error";
+    }
+}
+
+int cellar_http_status(int code)
+{
+    switch (code) {
+    case CELLAR_OK: return 200;
+    case CELLAR_EINVAL: return 400;
+    case CELLAR_ENOTFOUND: return 404;
+    case CELLAR_ENOTACCEPT: return 406;
+    case CELLAR_ETOOBIG: return 413;
+    case CELLAR_ERANGE: return 416;
+    case CELLAR_EFORMAT: return 422;
+    case CELLAR_EMETHOD: return 405;
+    case CELLAR_ENOMEM: return 503;
+    case CELLAR_EUNAVAILABLE: return 503;
+    default: return 500;
+    }
+}
+
+int cellar_fail(cellar_error *err, int code, const char *fmt, ...)
+{
+    if (!err || err->code != CELLAR_OK)
+        return code;
+    err->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->detail, sizeof err->detail, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+void cellar_error_clear(cellar_error *err)
+{
+    if (!err)
+        return;
+    err->code = CELLAR_OK;
+    err->detail[0] = '\0';
+}

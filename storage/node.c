@@ -1,0 +1,232 @@
+#include "storage/node_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+node *node_new(const node_ops *ops, node *parent, const char *name)
+{
+    node *n = calloc(1, sizeof *n);
+    if (!n)
+        return NULL;
+    n->ops = ops;
+    n->parent = parent;
+    n->root = parent ? parent->root : n;
+    n->name = strdup(name ? name : "");
+    if (!parent) {
+        n->path = strdup("/");
+    } else {
+        size_t pl = strlen(parent->path), nl = strlen(n->name ? n->name : "");
+        n->path = malloc(pl + nl + 2);
+        if (n->path) {
+            memcpy(n->path, parent->path, pl);
+            size_t off = pl;
+            if (pl > 1)
+                n->path[off++] = '/';
+            memcpy(n->path + off, name, nl + 1);
+        }
+    }
+    n->attrs = json_object();
+    pthread_mutex_init(&n->lock, NULL);
+    if (!n->name || !n->path || !n->attrs) {
+        free(n->name);
+        free(n->path);
+        json_decref(n->attrs);
+        pthread_mutex_destroy(&n->lock);
+        free(n);
+        return NULL;
+    }
+    return n;
+}
+
+const node_info *node_get_info(const node *n)
+{
+    return &n->info;
+}
+
+const json_t *node_attrs(const node *n)
+{
+    return n->attrs;
+}
+
+const char *node_attr_string(const node *n, const char *name)
+{
+    return json_string_value(json_object_get(n->attrs, name));
+}
+
+const char *node_path(const node *n)
+{
+    return n->path;
+}
+
+const char *node_name(const node *n)
+{
+    return n->name;
+}
+
+int node_child(node *n, const char *name, node **out, cellar_error *err)
+{
+    *out = NULL;
+    if (n->info.type != NODE_GROUP)
+        return cellar_fail(err, CELLAR_ENOTFOUND, "'%s' is not a group", n->path);
+    if (!name[0] || strchr(name, '/'))
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no element '%s' in '%s'", name, n->path);
+    int rc = 0;
+    pthread_mutex_lock(&n->lock);
+    for (node_child_link *l = n->children; l; l = l->next) {
+        if (strcmp(l->child->name, name) == 0) {
+            *out = l->child;
+            goto done;
+        }
+    }
+    node *child = NULL;
+    rc = n->ops->open_child(n, name, &child, err);
+    if (rc)
+        goto done;
+    node_child_link *link = malloc(sizeof *link);
+    if (!link) {
+        node_tree_free(child);
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", name);
+        goto done;
+    }
+    link->child = child;
+    link->next = n->children;
+    n->children = link;
+    *out = child;
+done:
+    pthread_mutex_unlock(&n->lock);
+    return rc;
+}
+
+node *node_child_opt(node *n, const char *name)
+{
+    node *out = NULL;
+    cellar_error err;
+    cellar_error_clear(&err);
+    if (node_child(n, name, &out, &err))
+        return NULL;
+    return out;
+}
+
+int node_resolve(node *n, const char *path, node **out, cellar_error *err)
+{
+    *out = NULL;
+    if (path[0] == '/')
+        n = n->root;
+    node *cur = n;
+    const char *s = path;
+    while (*s) {
+        while (*s == '/')
+            s++;
+        if (!*s)
+            break;
+        const char *e = strchr(s, '/');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        char name[1024];
+        if (len >= sizeof name)
+            return cellar_fail(err, CELLAR_ENOTFOUND, "path component too long in '%.200s'",
+                               path);
+        memcpy(name, s, len);
+        name[len] = '\0';
+        int rc = node_child(cur, name, &cur, err);
+        if (rc)
+            return rc;
+        s += len;
+    }
+    *out = cur;
+    return 0;
+}
+
+int node_children(node *n, arena *a, const char ***names, size_t *count, cellar_error *err)
+{
+    *names = NULL;
+    *count = 0;
+    if (n->info.type != NODE_GROUP)
+        return cellar_fail(err, CELLAR_ENOTFOUND, "'%s' is not a group", n->path);
+    return n->ops->list_children(n, a, names, count, err);
+}
+
+int64_t node_sel_count(const dim_sel *sel, int ndim)
+{
+    int64_t total = 1;
+    for (int i = 0; i < ndim; i++) {
+        int64_t c = sel[i].count;
+        if (c < 0)
+            return -1;
+        if (c && total > INT64_MAX / c)
+            return -1;
+        total *= c;
+    }
+    return total;
+}
+
+static int check_array(node *n, const dim_sel *sel, cellar_error *err)
+{
+    if (n->info.type != NODE_ARRAY)
+        return cellar_fail(err, CELLAR_EINVAL, "'%s' is a group, not an array", n->path);
+    if (n->info.ndim > 0 && !sel)
+        return cellar_fail(err, CELLAR_EINTERNAL, "no selection for '%s'", n->path);
+    for (int d = 0; d < n->info.ndim; d++) {
+        const dim_sel *s = &sel[d];
+        if (s->count == 0)
+            continue;
+        int64_t first = dim_sel_at(s, 0), last = dim_sel_at(s, s->count - 1);
+        if (!s->index && (first < 0 || first >= n->info.shape[d] || last < 0 ||
+                          last >= n->info.shape[d]))
+            return cellar_fail(err, CELLAR_ERANGE, "selection outside '%s'", n->path);
+    }
+    return 0;
+}
+
+int node_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cellar_error *err)
+{
+    int rc = check_array(n, sel, err);
+    if (rc)
+        return rc;
+    if (n->info.dtype == DT_STRING || n->info.dtype == DT_NONE)
+        return cellar_fail(err, CELLAR_EINVAL, "'%s' is not numeric", n->path);
+    int ndim = n->info.ndim < 0 ? 0 : n->info.ndim;
+    int64_t count = node_sel_count(sel, ndim);
+    if (count < 0 || (uint64_t)count * dtype_size(n->info.dtype) != out_bytes)
+        return cellar_fail(err, CELLAR_EINTERNAL, "read buffer size mismatch for '%s'",
+                           n->path);
+    if (count == 0)
+        return 0;
+    return n->ops->read(n, sel, out, out_bytes, err);
+}
+
+int node_read_strings(node *n, const dim_sel *sel, arena *a, char **out, cellar_error *err)
+{
+    int rc = check_array(n, sel, err);
+    if (rc)
+        return rc;
+    if (n->info.dtype != DT_STRING)
+        return cellar_fail(err, CELLAR_EINVAL, "'%s' is not a string array", n->path);
+    int ndim = n->info.ndim < 0 ? 0 : n->info.ndim;
+    if (node_sel_count(sel, ndim) == 0)
+        return 0;
+    return n->ops->read_strings(n, sel, a, out, err);
+}
+
+static void node_free_one(node *n)
+{
+    node_child_link *l = n->children;
+    while (l) {
+        node_child_link *next = l->next;
+        node_free_one(l->child);
+        free(l);
+        l = next;
+    }
+    if (n->ops && n->ops->destroy)
+        n->ops->destroy(n);
+    json_decref(n->attrs);
+    pthread_mutex_destroy(&n->lock);
+    free(n->name);
+    free(n->path);
+    free(n);
+}
+
+void node_tree_free(node *root)
+{
+    if (root)
+        node_free_one(root);
+}

@@ -1,0 +1,94 @@
+/* The backend-neutral tree of a store: groups and arrays, their attributes,
+ * shapes and types, and reads of a selection.
+ *
+ * Two backends implement it: storage/h5.c (libhdf5) and, later,
+ * storage/zarr.c.  Everything above (storage/anndata.c, api/) sees only this.
+ *
+ * Ownership: a store version owns its whole node tree.  Every node pointer
+ * handed out here is borrowed and stays valid until the tree's root is
+ * passed to node_tree_free (which the registry does when the last reference
+ * to that store version goes).  Nodes are immutable once created except for
+ * their child cache, which is guarded internally, so many threads may use
+ * one tree at once. */
+#ifndef CELLAR_NODE_H
+#define CELLAR_NODE_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/arena.h"
+#include "common/error.h"
+#include "storage/dtype.h"
+#include "storage/selection.h"
+
+#define NODE_MAX_DIMS 8
+
+typedef struct node node;
+
+typedef enum node_type { NODE_GROUP = 1, NODE_ARRAY = 2 } node_type;
+
+typedef struct node_info {
+    node_type type;
+    /* Arrays only: ndim is 0 for a scalar and -1 for an empty (HDF5 NULL
+     * dataspace, e.g. anndata's `null` element) array. */
+    int ndim;
+    int64_t shape[NODE_MAX_DIMS];
+    dtype_kind dtype;       /* DT_NONE for groups and unreadable types */
+    int stored_big_endian;  /* the bytes on disk are big-endian */
+    size_t string_size;     /* fixed-length strings: bytes per item; 0 = variable */
+} node_info;
+
+/* Type, shape, dtype. Never NULL. */
+const node_info *node_get_info(const node *n);
+
+/* Attributes as one JSON object (borrowed, never NULL, {} when none).
+ * Backends map their attributes to JSON: strings -> strings, numeric
+ * scalars -> numbers, numeric/string 1-D arrays -> arrays, HDF5 bool enums
+ * -> true/false, an empty array of any type -> [], an HDF5 object reference
+ * -> the referenced object's absolute path as a string. */
+const json_t *node_attrs(const node *n);
+
+/* Convenience: the string attribute `name`, or NULL when absent or not a
+ * string. Borrowed. */
+const char *node_attr_string(const node *n, const char *name);
+
+/* Absolute path inside the store, "/" for the root, e.g. "/obs/cell_type". */
+const char *node_path(const node *n);
+
+/* The name of the node within its parent ("" for the root). */
+const char *node_name(const node *n);
+
+/* Looks up a direct child of a group.  *out is borrowed (see above).
+ * CELLAR_ENOTFOUND when there is no such child (detail names it),
+ * CELLAR_EFORMAT when the child exists but cannot be opened. */
+int node_child(node *n, const char *name, node **out, cellar_error *err);
+
+/* Like node_child but returns NULL without an error when absent or failing. */
+node *node_child_opt(node *n, const char *name);
+
+/* Resolves a '/'-separated relative path ("obs/cell_type") or an absolute
+ * one ("/obs/cell_type") from n. */
+int node_resolve(node *n, const char *path, node **out, cellar_error *err);
+
+/* Names of a group's children, in the backend's natural order (HDF5 creation
+ * order where tracked, else name order).  Array and names are allocated
+ * from a. */
+int node_children(node *n, arena *a, const char ***names, size_t *count, cellar_error *err);
+
+/* Reads a selection of a numeric or bool array into out, C order over the
+ * selected positions, native byte order, one byte (0/1) per bool.  sel has
+ * one dim_sel per dimension (NULL for a 0-d array).  out_bytes must equal
+ * product(counts) * dtype_size(dtype).  Reads only what the selection
+ * touches. */
+int node_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cellar_error *err);
+
+/* Reads a selection of a string array as NUL-terminated UTF-8 strings into
+ * out[product(counts)], each allocated from a.  Fixed-length strings lose
+ * their NUL padding. */
+int node_read_strings(node *n, const dim_sel *sel, arena *a, char **out, cellar_error *err);
+
+/* Frees a whole tree from its root (the registry calls this). */
+void node_tree_free(node *root);
+
+#endif

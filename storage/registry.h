@@ -1,0 +1,112 @@
+/* The store registry: store name -> open store version.
+ *
+ * Stores are discovered under the data root on demand and opened on their
+ * first request.  Each open store is one *version*: the file's identity
+ * (device, inode, size, mtime) at open, its node tree and everything derived
+ * from it.  A request holds a reference on one version for its whole life;
+ * when the file changes on disk the next registry_get opens a new version and
+ * the old one is freed when its last reference goes.
+ *
+ * Thread-safe: every function may be called from any request thread. */
+#ifndef CELLAR_REGISTRY_H
+#define CELLAR_REGISTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "common/arena.h"
+#include "common/error.h"
+#include "storage/anndata.h"
+#include "storage/node.h"
+
+typedef struct registry registry;
+typedef struct store store;
+
+typedef enum store_backend { BACKEND_HDF5 = 1, BACKEND_ZARR } store_backend;
+
+const char *store_backend_name(store_backend b);
+
+typedef struct registry_config {
+    const char *root;          /* data root directory */
+    size_t max_open_stores;    /* LRU bound on open versions kept without references */
+    double idle_seconds;       /* close a store unused this long */
+} registry_config;
+
+/* Creates a registry over cfg->root (copied). NULL + err on failure
+ * (root missing or not a directory: CELLAR_ENOTFOUND). */
+registry *registry_new(const registry_config *cfg, cellar_error *err);
+
+/* Frees the registry; stores still referenced are freed by their last
+ * store_release. */
+void registry_free(registry *r);
+
+/* Takes a reference on the current version of store `name` (relative to the
+ * root), opening or reopening it when needed.  Errors: CELLAR_ENOTFOUND for
+ * names that do not resolve to a store file inside the root (traversal
+ * attempts included), CELLAR_EFORMAT for a file that is not readable as its
+ * format. */
+int registry_get(registry *r, const char *name, store **out, cellar_error *err);
+
+/* Drops a reference taken by registry_get. NULL is fine. */
+void store_release(store *s);
+
+/* Splits a path like "atlas/liver.zarr/mod/rna/obs" into the store name
+ * ("atlas/liver.zarr") and the rest ("mod/rna/obs"), at the first segment
+ * that ends with a store suffix.  Returns 0, or CELLAR_ENOTFOUND when no
+ * segment has a store suffix. Both outputs are allocated from a. */
+int registry_split_name(const char *path, arena *a, const char **name, const char **rest);
+
+/* One entry of the root listing. */
+typedef struct store_listing {
+    const char *name;
+    store_kind kind;
+    store_backend backend;
+    uint64_t bytes;
+    struct timespec mtime;
+} store_listing;
+
+/* Lists every store under the root (recursively, not following symlinks
+ * that leave the root), sorted by name. Memory from a. */
+int registry_list(registry *r, arena *a, store_listing **out, size_t *count,
+                  cellar_error *err);
+
+/* Closes every version no request holds (SIGHUP); later requests reopen. */
+void registry_drop_all(registry *r);
+
+/* Closes versions unused for idle_seconds (called by the server's timer). */
+void registry_evict_idle(registry *r);
+
+/* Number of store versions open (for /metrics). */
+size_t registry_open_count(registry *r);
+
+/* Whether the data root is readable (for /readyz). */
+int registry_root_ok(registry *r);
+
+/* ---- one store version ---- */
+
+const char *store_name(const store *s);
+store_kind store_get_kind(const store *s);
+store_backend store_get_backend(const store *s);
+node *store_root(store *s);
+uint64_t store_bytes(const store *s);
+struct timespec store_mtime(const store *s);
+
+/* Strong validator of this version, quoted, e.g. "\"2a-1f3-51200-1733150000.123\"". */
+const char *store_etag(const store *s);
+
+/* Derived structures of one store version (name indexes, maps, tree and
+ * column indexes): built once by the first caller under `key`, concurrent
+ * callers for the same key wait for that build, then everyone shares the
+ * immutable value until the version is freed (free_fn is called then).
+ * A failed build is not cached: the next caller tries again. */
+typedef int (*derived_build_fn)(void *ctx, void **value, size_t *bytes, cellar_error *err);
+typedef void (*derived_free_fn)(void *value);
+
+int store_derived(store *s, const char *key, derived_build_fn build, void *ctx,
+                  derived_free_fn free_fn, void **value, cellar_error *err);
+
+/* Total bytes of derived structures held by open versions (for /metrics). */
+size_t registry_cache_bytes(registry *r);
+
+#endif
