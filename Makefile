@@ -8,10 +8,10 @@ DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libhdf5-dev hdf5-plugin
 
 SANITIZE ?=
 ifeq ($(SANITIZE),)
-BUILD   := build
+BUILD   ?= build
 SANFLAGS :=
 else
-BUILD   := build-san
+BUILD   ?= build-san
 SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
 
