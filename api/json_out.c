@@ -1,0 +1,340 @@
+#include "api/json_out.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Appends ".0" to an integral-looking number, as Python's repr does, so a
+ * float column stays recognisably float in JSON and CSV. */
+static size_t add_point(char *out, size_t n)
+{
+    if (strpbrk(out, ".eEnN"))
+        return n;
+    out[n++] = '.';
+    out[n++] = '0';
+    out[n] = '\0';
+    return n;
+}
+
+/* A float64 that reads back from p significant digits reads back from any
+ * more, and the nearest p-digit text is then the only candidate (the decimal
+ * grid at 15 digits is coarser than two double ulps), so the first precision
+ * from 15 up that round-trips gives the shortest text.  Below 15 digits %g
+ * already drops the trailing zeros. */
+size_t fmt_f64(double v, char *out)
+{
+    if (!isfinite(v)) {
+        out[0] = '\0';
+        return 0;
+    }
+    int n = 0;
+    for (int p = 15; p <= 17; p++) {
+        n = snprintf(out, NUMBER_TEXT_MAX - 2, "%.*g", p, v);
+        if (p == 17 || strtod(out, NULL) == v)
+            break;
+    }
+    return add_point(out, (size_t)n);
+}
+
+/* The same argument with 6 to 9 digits for float32. */
+size_t fmt_f32(float v, char *out)
+{
+    if (!isfinite(v)) {
+        out[0] = '\0';
+        return 0;
+    }
+    int n = 0;
+    for (int p = 6; p <= 9; p++) {
+        n = snprintf(out, NUMBER_TEXT_MAX - 2, "%.*g", p, (double)v);
+        if (p == 9 || strtof(out, NULL) == v)
+            break;
+    }
+    return add_point(out, (size_t)n);
+}
+
+float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t mant = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (mant << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (mant << 13);
+    } else if (mant == 0) {
+        bits = sign;
+    } else {
+        /* Subnormal half: normalise into a float. */
+        int e = -1;
+        do {
+            e++;
+            mant <<= 1;
+        } while (!(mant & 0x400));
+        bits = sign | ((uint32_t)(112 - e) << 23) | ((mant & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+int typed_is_nonfinite(dtype_kind dt, const void *data, int64_t i)
+{
+    switch (dt) {
+    case DT_FLOAT16: return !isfinite(half_to_float(((const uint16_t *)data)[i]));
+    case DT_FLOAT32: return !isfinite(((const float *)data)[i]);
+    case DT_FLOAT64: return !isfinite(((const double *)data)[i]);
+    default: return 0;
+    }
+}
+
+size_t fmt_typed(dtype_kind dt, const void *data, int64_t i, const char *true_text,
+                 const char *false_text, char *out)
+{
+    int n = 0;
+    switch (dt) {
+    case DT_BOOL:
+        n = snprintf(out, NUMBER_TEXT_MAX, "%s",
+                     ((const uint8_t *)data)[i] ? true_text : false_text);
+        break;
+    case DT_INT8: n = snprintf(out, NUMBER_TEXT_MAX, "%d", ((const int8_t *)data)[i]); break;
+    case DT_INT16: n = snprintf(out, NUMBER_TEXT_MAX, "%d", ((const int16_t *)data)[i]); break;
+    case DT_INT32:
+        n = snprintf(out, NUMBER_TEXT_MAX, "%" PRId32, ((const int32_t *)data)[i]);
+        break;
+    case DT_INT64:
+        n = snprintf(out, NUMBER_TEXT_MAX, "%" PRId64, ((const int64_t *)data)[i]);
+        break;
+    case DT_UINT8: n = snprintf(out, NUMBER_TEXT_MAX, "%u", ((const uint8_t *)data)[i]); break;
+    case DT_UINT16: n = snprintf(out, NUMBER_TEXT_MAX, "%u", ((const uint16_t *)data)[i]); break;
+    case DT_UINT32:
+        n = snprintf(out, NUMBER_TEXT_MAX, "%" PRIu32, ((const uint32_t *)data)[i]);
+        break;
+    case DT_UINT64:
+        n = snprintf(out, NUMBER_TEXT_MAX, "%" PRIu64, ((const uint64_t *)data)[i]);
+        break;
+    case DT_FLOAT16: return fmt_f32(half_to_float(((const uint16_t *)data)[i]), out);
+    case DT_FLOAT32: return fmt_f32(((const float *)data)[i], out);
+    case DT_FLOAT64: return fmt_f64(((const double *)data)[i], out);
+    default: out[0] = '\0'; return 0;
+    }
+    return n > 0 ? (size_t)n : 0;
+}
+
+/* Length of the valid UTF-8 sequence at s (RFC 3629: no overlongs, no
+ * surrogates, nothing above U+10FFFF), or 0 when invalid. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t len;
+    unsigned lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        if (c == 0xe0)
+            lo = 0xa0;
+        else if (c == 0xed)
+            hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        if (c == 0xf0)
+            lo = 0x90;
+        else if (c == 0xf4)
+            hi = 0x8f;
+    } else {
+        return 0;
+    }
+    if (n < len || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t k = 2; k < len; k++)
+        if (s[k] < 0x80 || s[k] > 0xbf)
+            return 0;
+    return len;
+}
+
+int utf8_valid(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        size_t l = utf8_seq(p + i, n - i);
+        if (!l)
+            return 0;
+        i += l;
+    }
+    return 1;
+}
+
+int utf8_sanitize(const char *s, size_t n, buf *out)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, run = 0;
+    while (i < n) {
+        size_t l = utf8_seq(p + i, n - i);
+        if (l) {
+            i += l;
+            continue;
+        }
+        if (buf_append(out, s + run, i - run) || buf_append(out, "\xef\xbf\xbd", 3))
+            return -1;
+        i++;
+        run = i;
+    }
+    return buf_append(out, s + run, n - run);
+}
+
+/* ---- streaming writer ---- */
+
+static void json_out_print(void *ctx, const char *str, size_t len)
+{
+    json_out *j = ctx;
+    if (j->over)
+        return;
+    if (j->limit && j->out->len + len > j->limit) {
+        j->over = 1;
+        return;
+    }
+    buf_append(j->out, str, len);
+}
+
+int json_out_init(json_out *j, buf *out, uint64_t limit, cellar_error *err)
+{
+    memset(j, 0, sizeof *j);
+    j->out = out;
+    j->limit = limit;
+    j->gen = yajl_gen_alloc(NULL);
+    if (!j->gen)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory starting a JSON answer");
+    yajl_gen_config(j->gen, yajl_gen_validate_utf8, 0);
+    yajl_gen_config(j->gen, yajl_gen_print_callback, json_out_print, (void *)j);
+    return 0;
+}
+
+void json_out_destroy(json_out *j)
+{
+    if (j->gen)
+        yajl_gen_free(j->gen);
+    j->gen = NULL;
+    buf_destroy(&j->scratch);
+}
+
+static int check(json_out *j, yajl_gen_status st)
+{
+    if (st != yajl_gen_status_ok)
+        j->failed = 1;
+    return json_out_ok(j) ? 0 : -1;
+}
+
+int json_out_map_open(json_out *j) { return check(j, yajl_gen_map_open(j->gen)); }
+int json_out_map_close(json_out *j) { return check(j, yajl_gen_map_close(j->gen)); }
+int json_out_array_open(json_out *j) { return check(j, yajl_gen_array_open(j->gen)); }
+int json_out_array_close(json_out *j) { return check(j, yajl_gen_array_close(j->gen)); }
+int json_out_null(json_out *j) { return check(j, yajl_gen_null(j->gen)); }
+int json_out_bool(json_out *j, int v) { return check(j, yajl_gen_bool(j->gen, v != 0)); }
+
+int json_out_strn(json_out *j, const char *s, size_t n)
+{
+    if (utf8_valid(s, n))
+        return check(j, yajl_gen_string(j->gen, (const unsigned char *)s, n));
+    j->scratch.len = 0;
+    if (utf8_sanitize(s, n, &j->scratch) || j->scratch.failed) {
+        j->failed = 1;
+        return -1;
+    }
+    return check(j, yajl_gen_string(j->gen, (const unsigned char *)j->scratch.data,
+                                    j->scratch.len));
+}
+
+int json_out_str(json_out *j, const char *s)
+{
+    return s ? json_out_strn(j, s, strlen(s)) : json_out_null(j);
+}
+
+static int number(json_out *j, const char *text, size_t n)
+{
+    if (!n)
+        return json_out_null(j);
+    return check(j, yajl_gen_number(j->gen, text, n));
+}
+
+int json_out_int(json_out *j, int64_t v)
+{
+    char t[NUMBER_TEXT_MAX];
+    int n = snprintf(t, sizeof t, "%" PRId64, v);
+    return number(j, t, (size_t)n);
+}
+
+int json_out_uint(json_out *j, uint64_t v)
+{
+    char t[NUMBER_TEXT_MAX];
+    int n = snprintf(t, sizeof t, "%" PRIu64, v);
+    return number(j, t, (size_t)n);
+}
+
+int json_out_f64(json_out *j, double v)
+{
+    char t[NUMBER_TEXT_MAX];
+    return number(j, t, fmt_f64(v, t));
+}
+
+int json_out_f32(json_out *j, float v)
+{
+    char t[NUMBER_TEXT_MAX];
+    return number(j, t, fmt_f32(v, t));
+}
+
+int json_out_typed(json_out *j, dtype_kind dt, const void *data, int64_t i)
+{
+    if (dt == DT_BOOL)
+        return json_out_bool(j, ((const uint8_t *)data)[i]);
+    char t[NUMBER_TEXT_MAX];
+    return number(j, t, fmt_typed(dt, data, i, "true", "false", t));
+}
+
+int json_out_finish(json_out *j, const char *hint, cellar_error *err)
+{
+    if (j->over)
+        return cellar_fail(err, CELLAR_ETOOBIG,
+                           "the answer grew over the limit of %" PRIu64 " bytes%s%s", j->limit,
+                           hint ? "; " : "", hint ? hint : "");
+    if (j->out->failed || j->scratch.failed)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory writing JSON");
+    if (j->failed)
+        return cellar_fail(err, CELLAR_EINTERNAL, "JSON writer failed");
+    return 0;
+}
+
+/* ---- jansson helpers ---- */
+
+json_t *json_str_sanitized(const char *s)
+{
+    if (!s)
+        return json_null();
+    size_t n = strlen(s);
+    if (utf8_valid(s, n))
+        return json_stringn(s, n);
+    buf tmp = {0};
+    json_t *v = NULL;
+    if (!utf8_sanitize(s, n, &tmp) && !tmp.failed)
+        v = json_stringn(tmp.data ? tmp.data : "", tmp.len);
+    buf_destroy(&tmp);
+    return v;
+}
+
+static int dump_cb(const char *text, size_t size, void *data)
+{
+    return buf_append(data, text, size);
+}
+
+int json_dump_buf(const json_t *doc, buf *out, cellar_error *err)
+{
+    if (json_dump_callback(doc, dump_cb, out, JSON_COMPACT | JSON_ENCODE_ANY) != 0 ||
+        out->failed)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory writing JSON");
+    return 0;
+}
