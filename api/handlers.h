@@ -1,0 +1,60 @@
+/* The API handlers the router (server/router.c) calls, one per resource
+ * family, all with the api_handler signature of api/request.h.
+ *
+ * Every handler validates its parameters (unknown ones are 400), negotiates
+ * the format, resolves req->store with api_open_store, bounds the answer
+ * before reading element data, and fills res (status 200, content type and
+ * body; the server owns res->body afterwards).  Errors are returned as a
+ * negative cellar_code with err filled; the server renders them. */
+#ifndef CELLAR_API_HANDLERS_H
+#define CELLAR_API_HANDLERS_H
+
+#include "api/request.h"
+
+/* GET /v1/stores: every store under the root (api/stores.c). */
+int api_stores_list(api_request *req, api_response *res, cellar_error *err);
+
+/* GET /v1/stores/{store}: the summary of docs/responses.md. */
+int api_store_summary(api_request *req, api_response *res, cellar_error *err);
+
+/* GET /v1/stores/{store}/mod: MuData modalities in mod-order with shapes;
+ * 404 for a store that is not MuData. */
+int api_mod_list(api_request *req, api_response *res, cellar_error *err);
+
+/* GET/POST {ad}/obs, {ad}/var, {ad}/raw/var (api/frame.c): req->element is
+ * "obs" or "var", req->mod names the modality under /mod/{mod}/, req->raw
+ * is set under {ad}/raw/.  Parameters rows | obs_names (var_names),
+ * columns, categorical=values|codes, format=json|csv|bin|npy. */
+int api_frame(api_request *req, api_response *res, cellar_error *err);
+
+/* GET {ad}/obs/schema, {ad}/var/schema: the columns' dtypes and encodings. */
+int api_frame_schema(api_request *req, api_response *res, cellar_error *err);
+
+/* GET/POST /v1/stores/{store}/obsmap/{mod} and varmap (api/maps.c):
+ * req->element is "obsmap" or "varmap", req->mod the modality.  Forward
+ * (rows= | obs_names= / var_names=): the 1-based row in the modality, 0 when
+ * absent; reverse (mod_rows=): the 0-based global rows. */
+int api_map(api_request *req, api_response *res, cellar_error *err);
+
+/* ---- helpers shared by the api/ handlers (not for the router) ---- */
+
+#include "storage/node.h"
+
+/* Resolves the AnnData group {ad} of the request: the store root, or
+ * mod/{req->mod} (404 when the store is not MuData or has no such
+ * modality), then raw/ when req->raw (404 when there is none).  Opens the
+ * store first.  *out is borrowed from the store version. */
+int api_ad_group(api_request *req, node **out, cellar_error *err);
+
+/* Sets res to a 200 JSON answer: serializes doc (jansson) into res->body. */
+int api_reply_json_doc(api_response *res, const json_t *doc, cellar_error *err);
+
+/* The limit of an answer's bytes from the configuration; 0 = none. */
+uint64_t api_limit(const api_request *req);
+
+/* Adds the X-Shape and X-Dtype headers for a bin/npy answer and, for npy,
+ * writes the .npy header into res->body; sets the content type. */
+int api_begin_binary(api_request *req, api_response *res, api_format fmt, dtype_kind dt,
+                     const int64_t *shape, int ndim, cellar_error *err);
+
+#endif
