@@ -104,7 +104,8 @@ uint64_t frame_column_cost(const frame_column *c, int64_t rows);
 /* Maps names to row positions using the frame's index. The name index is
  * built once per store version (cached in s) and shared.  Unknown names fail
  * with CELLAR_ENOTFOUND naming the first one.  Duplicated index entries map
- * to their first occurrence. */
+ * to their first occurrence; missing index entries (nullable mask) match no
+ * name.  s may be NULL: no caching (the index is built and dropped). */
 int frame_lookup_names(struct store *s, const frame *f, const char *const *names, size_t n,
                        int64_t *rows_out, cellar_error *err);
 
@@ -136,8 +137,11 @@ int mudata_mod(node *root, const char *mod, node **out, cellar_error *err);
 /* The obsmap (axis_name "obs") or varmap ("var") of one modality: for every
  * global row, the 1-based row in the modality, 0 when absent.  Uses the
  * stored map when its length and values fit, else rebuilds it by name
- * (cached in s).  *map is a uint32_t[*n] borrowed from the store version's
- * cache. */
+ * (cached in s under "map:<axis_name>:<mod>").  *map is a uint32_t[*n]
+ * borrowed from the store version's cache.  s may be NULL: no caching, and
+ * *map is then malloc'd and owned by the caller (free() it).  Errors:
+ * CELLAR_ENOTFOUND for an unknown modality, CELLAR_EFORMAT when the global
+ * or modality frame cannot be read. */
 int mudata_map(struct store *s, node *root, const char *axis_name, const char *mod,
                const uint32_t **map, int64_t *n, cellar_error *err);
 
