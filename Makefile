@@ -1,7 +1,8 @@
 # cellar: see README.md.  `make run` and `make test` install what is missing.
 
 CC      ?= cc
-PKGS    := libmicrohttpd hdf5 jansson libuv yajl
+VERSION := 0.1.0
+PKGS    := libmicrohttpd hdf5 jansson libuv yajl libzstd liblz4 blosc zlib
 DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libhdf5-dev hdf5-plugin-lzf \
             libjansson-dev libuv1-dev libyajl-dev zlib1g-dev libzstd-dev liblz4-dev \
             libblosc-dev curl ca-certificates
@@ -17,13 +18,13 @@ endif
 
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wvla -Werror
 CFLAGS  ?= -O2 -g
-ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) -I. \
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -DCELLAR_VERSION=\"$(VERSION)\" $(WARN) $(CFLAGS) $(SANFLAGS) -I. \
              $(shell pkg-config --cflags $(PKGS) 2>/dev/null) -MMD -MP
-LDLIBS  = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lz -lpthread -lm
+LDLIBS  = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
 ALL_LDFLAGS = $(LDFLAGS) $(SANFLAGS)
 
 LIB_SRC  := $(wildcard common/*.c storage/*.c api/*.c) $(filter-out server/main.c,$(wildcard server/*.c))
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/openapi.o
 UNIT_SRC := $(wildcard tests/unit/*.c)
 UNIT_OBJ := $(UNIT_SRC:%.c=$(BUILD)/%.o)
 
@@ -47,6 +48,11 @@ deps:
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+# The OpenAPI document is linked into the binary as _binary_api_openapi_json_*.
+$(BUILD)/openapi.o: api/openapi.json
+	@mkdir -p $(dir $@)
+	ld -r -b binary -z noexecstack -o $@ api/openapi.json
 
 $(BUILD)/libcellar.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^

@@ -1,0 +1,172 @@
+#include "server/config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef enum { OPT_STR, OPT_UINT, OPT_U64, OPT_SIZE, OPT_DOUBLE, OPT_BOOL } opt_type;
+
+typedef struct option_def {
+    const char *flag;   /* --flag */
+    const char *env;    /* CELLAR_FLAG */
+    opt_type type;
+    size_t offset;
+    const char *help;
+} option_def;
+
+#define OPT(flag, env, type, field, help) \
+    {flag, env, type, offsetof(server_config, field), help}
+
+static const option_def options[] = {
+    OPT("--root", "CELLAR_ROOT", OPT_STR, root, "data root: every store under it is served (default .)"),
+    OPT("--bind", "CELLAR_BIND", OPT_STR, bind, "address to listen on (default 127.0.0.1)"),
+    OPT("--port", "CELLAR_PORT", OPT_UINT, port, "TCP port (default 8080)"),
+    OPT("--threads", "CELLAR_THREADS", OPT_UINT, threads, "request threads (default: number of cores)"),
+    OPT("--max-response-bytes", "CELLAR_MAX_RESPONSE_BYTES", OPT_U64, max_response_bytes,
+        "largest answer, 413 beyond (default 268435456)"),
+    OPT("--max-body-bytes", "CELLAR_MAX_BODY_BYTES", OPT_U64, max_body_bytes,
+        "largest POST body (default 16777216)"),
+    OPT("--max-open-stores", "CELLAR_MAX_OPEN_STORES", OPT_SIZE, max_open_stores,
+        "store handles kept open, least recently used closed first (default 64)"),
+    OPT("--idle-seconds", "CELLAR_IDLE_SECONDS", OPT_DOUBLE, idle_seconds,
+        "close a store unused this long (default 300)"),
+    OPT("--drain-seconds", "CELLAR_DRAIN_SECONDS", OPT_DOUBLE, drain_seconds,
+        "on SIGTERM, wait this long for requests in flight (default 30)"),
+    OPT("--cors-origin", "CELLAR_CORS_ORIGIN", OPT_STR, cors_origin,
+        "Access-Control-Allow-Origin value (default *)"),
+    OPT("--cache-dir", "CELLAR_CACHE_DIR", OPT_STR, cache_dir,
+        "where derived indexes are persisted (default: none)"),
+    OPT("--access-log", "CELLAR_ACCESS_LOG", OPT_BOOL, access_log,
+        "one line per request on stderr: 1 or 0 (default 1)"),
+};
+
+#define N_OPTIONS (sizeof options / sizeof options[0])
+
+void config_usage(FILE *out)
+{
+    fprintf(out, "usage: cellar [flags]\n\n"
+                 "Serves the AnnData, MuData and TreeData stores under a folder over HTTP.\n"
+                 "Every flag can also be given as the environment variable shown.\n\n");
+    for (size_t i = 0; i < N_OPTIONS; i++)
+        fprintf(out, "  %-22s %-28s %s\n", options[i].flag, options[i].env, options[i].help);
+    fprintf(out, "  %-22s %-28s %s\n", "--help", "", "this text");
+    fprintf(out, "  %-22s %-28s %s\n", "--version", "", "print the version");
+}
+
+static int set_value(server_config *cfg, const option_def *o, const char *value)
+{
+    char *base = (char *)cfg + o->offset;
+    char *end = NULL;
+    errno = 0;
+    switch (o->type) {
+    case OPT_STR:
+        *(const char **)base = value;
+        return 0;
+    case OPT_BOOL:
+        if (!strcmp(value, "1") || !strcmp(value, "true") || !strcmp(value, "yes"))
+            *(int *)base = 1;
+        else if (!strcmp(value, "0") || !strcmp(value, "false") || !strcmp(value, "no"))
+            *(int *)base = 0;
+        else
+            return -1;
+        return 0;
+    case OPT_DOUBLE: {
+        double d = strtod(value, &end);
+        if (errno || end == value || *end || d < 0)
+            return -1;
+        *(double *)base = d;
+        return 0;
+    }
+    default: {
+        if (value[0] == '-')
+            return -1;
+        unsigned long long v = strtoull(value, &end, 10);
+        if (errno || end == value || *end)
+            return -1;
+        if (o->type == OPT_UINT) {
+            if (v > UINT_MAX)
+                return -1;
+            *(unsigned *)base = (unsigned)v;
+        } else if (o->type == OPT_SIZE) {
+            *(size_t *)base = (size_t)v;
+        } else {
+            *(uint64_t *)base = (uint64_t)v;
+        }
+        return 0;
+    }
+    }
+}
+
+static void config_defaults(server_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->root = ".";
+    cfg->bind = "127.0.0.1";
+    cfg->port = 8080;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    cfg->threads = cores > 0 ? (unsigned)cores : 2;
+    cfg->max_response_bytes = 256ull << 20;
+    cfg->max_body_bytes = 16ull << 20;
+    cfg->max_open_stores = 64;
+    cfg->idle_seconds = 300;
+    cfg->drain_seconds = 30;
+    cfg->cors_origin = "*";
+    cfg->cache_dir = NULL;
+    cfg->access_log = 1;
+}
+
+int config_parse(server_config *cfg, int argc, char **argv)
+{
+    config_defaults(cfg);
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const char *v = getenv(options[i].env);
+        if (v && *v && set_value(cfg, &options[i], v) != 0) {
+            fprintf(stderr, "cellar: bad value '%s' for %s\n", v, options[i].env);
+            return -1;
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            config_usage(stdout);
+            return 1;
+        }
+        if (!strcmp(arg, "--version")) {
+            printf("cellar %s\n", CELLAR_VERSION);
+            return 1;
+        }
+        const char *value = NULL;
+        const char *eq = strchr(arg, '=');
+        size_t flag_len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const option_def *o = NULL;
+        for (size_t k = 0; k < N_OPTIONS; k++)
+            if (strlen(options[k].flag) == flag_len && !strncmp(options[k].flag, arg, flag_len))
+                o = &options[k];
+        if (!o) {
+            fprintf(stderr, "cellar: unknown flag '%s' (see --help)\n", arg);
+            return -1;
+        }
+        if (eq) {
+            value = eq + 1;
+        } else if (i + 1 < argc) {
+            value = argv[++i];
+        } else {
+            fprintf(stderr, "cellar: %s needs a value\n", o->flag);
+            return -1;
+        }
+        if (set_value(cfg, o, value) != 0) {
+            fprintf(stderr, "cellar: bad value '%s' for %s\n", value, o->flag);
+            return -1;
+        }
+    }
+    if (cfg->threads == 0)
+        cfg->threads = 1;
+    if (cfg->port > 65535) {
+        fprintf(stderr, "cellar: --port must be at most 65535\n");
+        return -1;
+    }
+    return 0;
+}

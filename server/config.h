@@ -1,0 +1,33 @@
+/* Command-line flags and CELLAR_* environment variables. */
+#ifndef CELLAR_CONFIG_H
+#define CELLAR_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct server_config {
+    const char *root;
+    const char *bind;
+    unsigned port;
+    unsigned threads;
+    uint64_t max_response_bytes;
+    uint64_t max_body_bytes;
+    size_t max_open_stores;
+    double idle_seconds;
+    double drain_seconds;
+    const char *cors_origin;
+    const char *cache_dir;
+    int access_log;
+} server_config;
+
+/* Fills cfg from defaults, then the environment (CELLAR_ROOT, CELLAR_PORT,
+ * ...), then argv.  Returns 0 to run, 1 when --help or --version printed
+ * and the program should exit 0, -1 on a bad flag (message printed). Strings
+ * point into argv or the environment. */
+int config_parse(server_config *cfg, int argc, char **argv);
+
+/* The --help text. */
+void config_usage(FILE *out);
+
+#endif

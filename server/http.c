@@ -1,0 +1,557 @@
+#include "server/http.h"
+
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include "api/problem.h"
+#include "api/request.h"
+#include "server/router.h"
+
+/* Bodies smaller than this are sent uncompressed: not worth the CPU. */
+#define COMPRESS_MIN_BYTES 1024
+
+/* The OpenAPI document, linked in from api/openapi.json (see Makefile). */
+extern const char _binary_api_openapi_json_start[];
+extern const char _binary_api_openapi_json_end[];
+
+struct http_server {
+    const server_config *cfg;
+    api_config api_cfg;
+    registry *reg;
+    metrics *metrics;
+    struct MHD_Daemon *daemon;
+    atomic_uint in_flight;
+};
+
+typedef struct request_ctx {
+    http_server *srv;
+    arena *arena;
+    api_request req;
+    api_response res;
+    route_match route;
+    buf upload;
+    int upload_too_big;
+    struct timespec start;
+    int status;
+    uint64_t bytes_out;
+} request_ctx;
+
+static const char *const cors_expose =
+    "Content-Range, Content-Length, ETag, X-Shape, X-Dtype, Last-Modified";
+
+static uint64_t elapsed_us(const struct timespec *start)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t us = (int64_t)(now.tv_sec - start->tv_sec) * 1000000 +
+                 (now.tv_nsec - start->tv_nsec) / 1000;
+    return us < 0 ? 0 : (uint64_t)us;
+}
+
+/* libmicrohttpd must not decode the URL: segments are decoded one at a time
+ * after routing (router.c), query values in collect_query. */
+static size_t unescape_nothing(void *cls, struct MHD_Connection *c, char *s)
+{
+    (void)cls;
+    (void)c;
+    return strlen(s);
+}
+
+static enum MHD_Result collect_query_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                         const char *value)
+{
+    (void)kind;
+    request_ctx *ctx = cls;
+    api_request *req = &ctx->req;
+    size_t klen = 0, vlen = 0;
+    char *k = router_decode(ctx->arena, key, strlen(key), 1, &klen);
+    char *v = router_decode(ctx->arena, value ? value : "", value ? strlen(value) : 0, 1, &vlen);
+    if (!k || !v || klen != strlen(k) || vlen != strlen(v)) {
+        /* A malformed escape or a NUL: remember as an invalid parameter. */
+        k = arena_strdup(ctx->arena, "\x01invalid");
+        v = arena_strdup(ctx->arena, key);
+    }
+    api_param *grown = arena_calloc(ctx->arena, req->n_query + 1, sizeof *grown);
+    if (!grown)
+        return MHD_NO;
+    if (req->n_query)
+        memcpy(grown, req->query, req->n_query * sizeof *grown);
+    grown[req->n_query].key = k;
+    grown[req->n_query].value = v;
+    req->query = grown;
+    req->n_query++;
+    return MHD_YES;
+}
+
+static void http_date(struct timespec ts, char *out, size_t n)
+{
+    struct tm tm;
+    time_t t = ts.tv_sec;
+    gmtime_r(&t, &tm);
+    strftime(out, n, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+}
+
+static int etag_matches(const char *header, const char *etag)
+{
+    if (!header)
+        return 0;
+    if (strchr(header, '*'))
+        return 1;
+    return strstr(header, etag) != NULL;
+}
+
+/* Picks zstd or gzip from Accept-Encoding; 0 none, 1 gzip, 2 zstd. */
+static int pick_encoding(const char *accept_encoding)
+{
+    if (!accept_encoding)
+        return 0;
+    int zstd_ok = 0, gzip_ok = 0;
+    const char *s = accept_encoding;
+    while (*s) {
+        while (*s == ' ' || *s == ',')
+            s++;
+        const char *e = s;
+        while (*e && *e != ',')
+            e++;
+        size_t len = (size_t)(e - s);
+        const char *semi = memchr(s, ';', len);
+        size_t name_len = semi ? (size_t)(semi - s) : len;
+        while (name_len && s[name_len - 1] == ' ')
+            name_len--;
+        int refused = semi && strstr(semi, "q=0") && !strstr(semi, "q=0.");
+        if (!refused) {
+            if (name_len == 4 && !strncasecmp(s, "zstd", 4))
+                zstd_ok = 1;
+            else if (name_len == 4 && !strncasecmp(s, "gzip", 4))
+                gzip_ok = 1;
+        }
+        s = e;
+    }
+    return zstd_ok ? 2 : gzip_ok ? 1 : 0;
+}
+
+static int compress_gzip(const char *in, size_t len, buf *out)
+{
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    if (deflateInit2(&zs, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        return -1;
+    size_t bound = deflateBound(&zs, len);
+    char *dst = buf_reserve(out, bound);
+    int rc = -1;
+    if (dst) {
+        zs.next_in = (Bytef *)in;
+        zs.avail_in = (uInt)len;
+        zs.next_out = (Bytef *)dst;
+        zs.avail_out = (uInt)bound;
+        if (deflate(&zs, Z_FINISH) == Z_STREAM_END) {
+            out->len += zs.total_out;
+            rc = 0;
+        }
+    }
+    deflateEnd(&zs);
+    return rc;
+}
+
+static int compress_zstd(const char *in, size_t len, buf *out)
+{
+    size_t bound = ZSTD_compressBound(len);
+    char *dst = buf_reserve(out, bound);
+    if (!dst)
+        return -1;
+    size_t n = ZSTD_compress(dst, bound, in, len, 1);
+    if (ZSTD_isError(n))
+        return -1;
+    out->len += n;
+    return 0;
+}
+
+static int content_compressible(const char *type)
+{
+    return type && (strstr(type, "json") || strstr(type, "text/") ||
+                    strstr(type, "octet-stream") || strstr(type, "npy"));
+}
+
+static void add_common_headers(request_ctx *ctx, struct MHD_Response *r)
+{
+    http_server *srv = ctx->srv;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", srv->cfg->cors_origin);
+    MHD_add_response_header(r, "Access-Control-Expose-Headers", cors_expose);
+    if (ctx->req.store) {
+        char date[64];
+        http_date(store_mtime(ctx->req.store), date, sizeof date);
+        MHD_add_response_header(r, "ETag", store_etag(ctx->req.store));
+        MHD_add_response_header(r, "Last-Modified", date);
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+    }
+}
+
+static enum MHD_Result send_body(request_ctx *ctx, struct MHD_Connection *conn, int status,
+                                 const char *content_type, buf *body,
+                                 const api_response *extra)
+{
+    const char *ae = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept-Encoding");
+    const char *encoding = NULL;
+    int pick = body->len >= COMPRESS_MIN_BYTES && content_compressible(content_type)
+                   ? pick_encoding(ae)
+                   : 0;
+    if (pick) {
+        buf packed = {0};
+        int rc = pick == 2 ? compress_zstd(body->data, body->len, &packed)
+                           : compress_gzip(body->data, body->len, &packed);
+        if (rc == 0) {
+            buf_destroy(body);
+            *body = packed;
+            encoding = pick == 2 ? "zstd" : "gzip";
+        } else {
+            buf_destroy(&packed);
+        }
+    }
+    size_t len = 0;
+    char *data = buf_steal(body, &len);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer_with_free_callback(len, data ? data : (char *)"", data ? free : NULL);
+    if (!r) {
+        free(data);
+        return MHD_NO;
+    }
+    if (content_type)
+        MHD_add_response_header(r, "Content-Type", content_type);
+    if (encoding)
+        MHD_add_response_header(r, "Content-Encoding", encoding);
+    MHD_add_response_header(r, "Vary", "Accept, Accept-Encoding");
+    add_common_headers(ctx, r);
+    if (extra)
+        for (size_t i = 0; i < extra->n_headers; i++)
+            MHD_add_response_header(r, extra->headers[i].name, extra->headers[i].value);
+    ctx->status = status;
+    ctx->bytes_out = len;
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result send_problem(request_ctx *ctx, struct MHD_Connection *conn,
+                                    const cellar_error *err, const char *allow)
+{
+    buf body = {0};
+    int status = problem_render(err, ctx->req.path, &body);
+    if (status >= 500)
+        fprintf(stderr, "cellar: %s %s: %s\n", ctx->req.method, ctx->req.path,
+                err->detail[0] ? err->detail : cellar_strerror(err->code));
+    api_response extra = {0};
+    if (allow) {
+        extra.headers[0].name = "Allow";
+        extra.headers[0].value = allow;
+        extra.n_headers = 1;
+    }
+    return send_body(ctx, conn, status, PROBLEM_CONTENT_TYPE, &body, &extra);
+}
+
+static enum MHD_Result send_empty(request_ctx *ctx, struct MHD_Connection *conn, int status,
+                                  const char *allow)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    add_common_headers(ctx, r);
+    if (allow) {
+        MHD_add_response_header(r, "Allow", allow);
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", allow);
+        MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                                "Content-Type, Range, If-None-Match, If-Modified-Since, "
+                                "Accept, Accept-Encoding");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
+    }
+    ctx->status = status;
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static const char *allow_header(unsigned methods)
+{
+    if (methods & METHOD_POST)
+        return "GET, HEAD, POST, OPTIONS";
+    return "GET, HEAD, OPTIONS";
+}
+
+/* Service routes answered here rather than in api/. */
+static int answer_service(request_ctx *ctx, buf *body, const char **type, cellar_error *err)
+{
+    http_server *srv = ctx->srv;
+    switch (ctx->route.id) {
+    case ROUTE_HEALTHZ:
+        *type = "application/json";
+        buf_puts(body, "{\"status\":\"ok\"}");
+        return 0;
+    case ROUTE_READYZ:
+        *type = "application/json";
+        if (!registry_root_ok(srv->reg))
+            return cellar_fail(err, CELLAR_EUNAVAILABLE, "the data root is not readable");
+        buf_puts(body, "{\"status\":\"ready\"}");
+        return 0;
+    case ROUTE_METRICS:
+        *type = "text/plain; version=0.0.4";
+        metrics_render(srv->metrics, registry_open_count(srv->reg),
+                       registry_cache_bytes(srv->reg), atomic_load(&srv->in_flight), body);
+        return 0;
+    case ROUTE_OPENAPI:
+        *type = "application/json";
+        buf_append(body, _binary_api_openapi_json_start,
+                   (size_t)(_binary_api_openapi_json_end - _binary_api_openapi_json_start));
+        return 0;
+    default:
+        return cellar_fail(err, CELLAR_EINTERNAL, "no service handler");
+    }
+}
+
+static int parse_body(request_ctx *ctx, cellar_error *err)
+{
+    if (ctx->upload_too_big)
+        return cellar_fail(err, CELLAR_ETOOBIG,
+                           "the request body is over the limit of %llu bytes",
+                           (unsigned long long)ctx->srv->cfg->max_body_bytes);
+    if (ctx->upload.len == 0)
+        return 0;
+    json_error_t jerr;
+    json_t *doc = json_loadb(ctx->upload.data, ctx->upload.len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!doc)
+        return cellar_fail(err, CELLAR_EINVAL, "the request body is not JSON: %s (line %d)",
+                           jerr.text, jerr.line);
+    if (!json_is_object(doc)) {
+        json_decref(doc);
+        return cellar_fail(err, CELLAR_EINVAL,
+                           "the request body must be a JSON object of parameters");
+    }
+    ctx->req.body = doc;
+    return 0;
+}
+
+static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, const char *url)
+{
+    api_request *req = &ctx->req;
+    cellar_error err;
+    cellar_error_clear(&err);
+    unsigned method = router_method(req->method);
+
+    int rc = router_match(url, req, &ctx->route, &err);
+    if (method == METHOD_OPTIONS)
+        return send_empty(ctx, conn, 204, allow_header(rc ? (METHOD_GET | METHOD_HEAD) : ctx->route.methods));
+    if (rc)
+        return send_problem(ctx, conn, &err, NULL);
+    if (!(method & ctx->route.methods)) {
+        cellar_fail(&err, CELLAR_EMETHOD, "%s is not allowed on this route", req->method);
+        return send_problem(ctx, conn, &err, allow_header(ctx->route.methods));
+    }
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_query_arg, ctx);
+    req->accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept");
+
+    if (!ctx->route.handler) {
+        buf body = {0};
+        const char *type = "application/json";
+        rc = answer_service(ctx, &body, &type, &err);
+        if (rc) {
+            buf_destroy(&body);
+            return send_problem(ctx, conn, &err, NULL);
+        }
+        return send_body(ctx, conn, 200, type, &body, NULL);
+    }
+    if (ctx->route.needs_store) {
+        rc = api_open_store(req, &err);
+        if (rc)
+            return send_problem(ctx, conn, &err, NULL);
+        const char *inm = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-None-Match");
+        if (etag_matches(inm, store_etag(req->store)))
+            return send_empty(ctx, conn, 304, NULL);
+    }
+    rc = parse_body(ctx, &err);
+    if (rc)
+        return send_problem(ctx, conn, &err, NULL);
+    ctx->res.status = 200;
+    rc = ctx->route.handler(req, &ctx->res, &err);
+    if (rc) {
+        if (!err.code)
+            cellar_fail(&err, rc, "%s", cellar_strerror(rc));
+        buf_destroy(&ctx->res.body);
+        return send_problem(ctx, conn, &err, NULL);
+    }
+    if (ctx->res.body.failed) {
+        buf_destroy(&ctx->res.body);
+        cellar_fail(&err, CELLAR_ENOMEM, "out of memory building the answer");
+        return send_problem(ctx, conn, &err, NULL);
+    }
+    return send_body(ctx, conn, ctx->res.status ? ctx->res.status : 200,
+                     ctx->res.content_type ? ctx->res.content_type : "application/json",
+                     &ctx->res.body, &ctx->res);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    (void)version;
+    http_server *srv = cls;
+    request_ctx *ctx = *con_cls;
+    if (!ctx) {
+        ctx = calloc(1, sizeof *ctx);
+        if (!ctx)
+            return MHD_NO;
+        ctx->arena = arena_new();
+        if (!ctx->arena) {
+            free(ctx);
+            return MHD_NO;
+        }
+        ctx->srv = srv;
+        clock_gettime(CLOCK_MONOTONIC, &ctx->start);
+        ctx->req.arena = ctx->arena;
+        ctx->req.method = arena_strdup(ctx->arena, method);
+        ctx->req.path = arena_strdup(ctx->arena, url);
+        ctx->req.config = &srv->api_cfg;
+        ctx->req.registry = srv->reg;
+        atomic_fetch_add(&srv->in_flight, 1);
+        *con_cls = ctx;
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        if (!ctx->upload_too_big &&
+            ctx->upload.len + *upload_data_size <= srv->cfg->max_body_bytes) {
+            if (buf_append(&ctx->upload, upload_data, *upload_data_size) != 0)
+                ctx->upload_too_big = 1;
+        } else {
+            ctx->upload_too_big = 1;
+            buf_destroy(&ctx->upload);
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    return dispatch(ctx, conn, url);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    (void)toe;
+    http_server *srv = cls;
+    request_ctx *ctx = *con_cls;
+    if (!ctx)
+        return;
+    uint64_t us = elapsed_us(&ctx->start);
+    if (srv->cfg->access_log)
+        fprintf(stderr, "%s %s %d %llu %llu\n", ctx->req.method, ctx->req.path,
+                ctx->status, (unsigned long long)ctx->bytes_out, (unsigned long long)us);
+    metrics_observe(srv->metrics, ctx->route.id, ctx->status, us, ctx->bytes_out);
+    store_release(ctx->req.store);
+    json_decref(ctx->req.body);
+    buf_destroy(&ctx->res.body);
+    buf_destroy(&ctx->upload);
+    arena_free(ctx->arena);
+    free(ctx);
+    *con_cls = NULL;
+    atomic_fetch_sub(&srv->in_flight, 1);
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    fputs("cellar: libmicrohttpd: ", stderr);
+    vfprintf(stderr, fmt, ap);
+}
+
+static int resolve_bind(const char *host, unsigned port, struct sockaddr_storage *out,
+                        cellar_error *err)
+{
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char port_text[16];
+    snprintf(port_text, sizeof port_text, "%u", port);
+    int rc = getaddrinfo(host, port_text, &hints, &res);
+    if (rc != 0 || !res)
+        return cellar_fail(err, CELLAR_EINVAL, "cannot resolve --bind '%s': %s", host,
+                           gai_strerror(rc));
+    memset(out, 0, sizeof *out);
+    memcpy(out, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    return 0;
+}
+
+http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
+                        cellar_error *err)
+{
+    http_server *h = calloc(1, sizeof *h);
+    if (!h) {
+        cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+        return NULL;
+    }
+    h->cfg = cfg;
+    h->reg = reg;
+    h->metrics = m;
+    h->api_cfg.max_response_bytes = cfg->max_response_bytes;
+    h->api_cfg.cors_origin = cfg->cors_origin;
+    struct sockaddr_storage addr;
+    if (resolve_bind(cfg->bind, cfg->port, &addr, err) != 0) {
+        free(h);
+        return NULL;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG;
+    if (addr.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    h->daemon = MHD_start_daemon(
+        flags, (uint16_t)cfg->port, NULL, NULL, on_request, h,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_nothing, NULL,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)60,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+        MHD_OPTION_END);
+    if (!h->daemon) {
+        cellar_fail(err, CELLAR_EUNAVAILABLE, "cannot listen on %s:%u", cfg->bind, cfg->port);
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+unsigned http_in_flight(http_server *h)
+{
+    return atomic_load(&h->in_flight);
+}
+
+void http_drain_and_stop(http_server *h, double drain_seconds)
+{
+    if (!h)
+        return;
+    MHD_socket listener = MHD_quiesce_daemon(h->daemon);
+    if (listener != MHD_INVALID_SOCKET)
+        close(listener);
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    while (atomic_load(&h->in_flight) > 0 &&
+           (double)elapsed_us(&start) / 1e6 < drain_seconds) {
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    MHD_stop_daemon(h->daemon);
+    free(h);
+}

@@ -1,0 +1,28 @@
+/* The HTTP server: the only file that sees libmicrohttpd.
+ *
+ * Every request gets an arena freed when libmicrohttpd reports it complete,
+ * is routed through server/router.c, answered by an api/ handler or by the
+ * service routes here, and leaves one access-log line. */
+#ifndef CELLAR_HTTP_H
+#define CELLAR_HTTP_H
+
+#include "common/error.h"
+#include "server/config.h"
+#include "server/metrics.h"
+#include "storage/registry.h"
+
+typedef struct http_server http_server;
+
+/* Starts listening on cfg->bind:cfg->port with a pool of cfg->threads
+ * threads. cfg, reg and m must outlive the server. */
+http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
+                        cellar_error *err);
+
+/* Stops accepting connections, waits up to drain_seconds for requests in
+ * flight, then stops and frees the server. */
+void http_drain_and_stop(http_server *h, double drain_seconds);
+
+/* Requests being answered right now. */
+unsigned http_in_flight(http_server *h);
+
+#endif

@@ -1,0 +1,65 @@
+/* cellar: serves AnnData, MuData and TreeData stores over HTTP. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "server/config.h"
+#include "server/control.h"
+#include "server/http.h"
+#include "server/metrics.h"
+#include "storage/h5.h"
+#include "storage/registry.h"
+
+int main(int argc, char **argv)
+{
+    server_config cfg;
+    int parsed = config_parse(&cfg, argc, argv);
+    if (parsed != 0)
+        return parsed > 0 ? 0 : 2;
+    control_block_signals();
+    setvbuf(stderr, NULL, _IOLBF, 0);
+    h5_library_init();
+
+    int status = 1;
+    registry *reg = NULL;
+    metrics *m = NULL;
+    http_server *http = NULL;
+    cellar_error err;
+    cellar_error_clear(&err);
+
+    registry_config rcfg = {
+        .root = cfg.root,
+        .max_open_stores = cfg.max_open_stores,
+        .idle_seconds = cfg.idle_seconds,
+    };
+    reg = registry_new(&rcfg, &err);
+    if (!reg) {
+        fprintf(stderr, "cellar: %s\n", err.detail);
+        goto done;
+    }
+    m = metrics_new();
+    if (!m) {
+        fprintf(stderr, "cellar: out of memory\n");
+        goto done;
+    }
+    http = http_start(&cfg, reg, m, &err);
+    if (!http) {
+        fprintf(stderr, "cellar: %s\n", err.detail);
+        goto done;
+    }
+    fprintf(stderr, "cellar %s: serving %s on http://%s:%u with %u threads\n", CELLAR_VERSION,
+            cfg.root, cfg.bind, cfg.port, cfg.threads);
+    control_config ccfg = {
+        .reg = reg,
+        .http = http,
+        .idle_seconds = cfg.idle_seconds,
+        .drain_seconds = cfg.drain_seconds,
+    };
+    status = control_run(&ccfg) == 0 ? 0 : 1;
+    http = NULL; /* stopped and freed by the control loop */
+done:
+    if (http)
+        http_drain_and_stop(http, 0);
+    registry_free(reg);
+    metrics_free(m);
+    return status;
+}

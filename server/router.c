@@ -1,0 +1,244 @@
+#include "server/router.h"
+
+#include <string.h>
+
+#include "api/handlers.h"
+
+#define MAX_SEGMENTS 64
+
+typedef struct route_def {
+    route_id id;
+    const char *name;
+    api_handler handler;
+    unsigned methods;
+} route_def;
+
+#define READ (METHOD_GET | METHOD_HEAD)
+#define READ_POST (METHOD_GET | METHOD_HEAD | METHOD_POST)
+
+/* Indexed by route_id. */
+static const route_def routes[ROUTE_COUNT] = {
+    [ROUTE_NONE] = {ROUTE_NONE, "unmatched", NULL, 0},
+    [ROUTE_HEALTHZ] = {ROUTE_HEALTHZ, "/healthz", NULL, READ},
+    [ROUTE_READYZ] = {ROUTE_READYZ, "/readyz", NULL, READ},
+    [ROUTE_METRICS] = {ROUTE_METRICS, "/metrics", NULL, READ},
+    [ROUTE_OPENAPI] = {ROUTE_OPENAPI, "/v1/openapi.json", NULL, READ},
+    [ROUTE_STORES] = {ROUTE_STORES, "/v1/stores", api_stores_list, READ},
+    [ROUTE_STORE_SUMMARY] = {ROUTE_STORE_SUMMARY, "/v1/stores/{store}", api_store_summary, READ},
+    [ROUTE_MOD_LIST] = {ROUTE_MOD_LIST, "/v1/stores/{store}/mod", api_mod_list, READ},
+    [ROUTE_FRAME] = {ROUTE_FRAME, "{ad}/{obs|var}", api_frame, READ_POST},
+    [ROUTE_FRAME_SCHEMA] = {ROUTE_FRAME_SCHEMA, "{ad}/{obs|var}/schema", api_frame_schema, READ},
+    [ROUTE_MAP] = {ROUTE_MAP, "/v1/stores/{store}/{obsmap|varmap}/{mod}", api_map, READ_POST},
+};
+
+/* Element routes under an AnnData prefix: literal segments, "*" captures. */
+typedef struct element_route {
+    const char *pattern[3];
+    route_id id;
+} element_route;
+
+static const element_route element_routes[] = {
+    {{"obs", NULL, NULL}, ROUTE_FRAME},
+    {{"var", NULL, NULL}, ROUTE_FRAME},
+    {{"obs", "schema", NULL}, ROUTE_FRAME_SCHEMA},
+    {{"var", "schema", NULL}, ROUTE_FRAME_SCHEMA},
+};
+
+const char *router_route_name(route_id id)
+{
+    return id < ROUTE_COUNT ? routes[id].name : "unmatched";
+}
+
+unsigned router_method(const char *method)
+{
+    if (!strcmp(method, "GET"))
+        return METHOD_GET;
+    if (!strcmp(method, "HEAD"))
+        return METHOD_HEAD;
+    if (!strcmp(method, "POST"))
+        return METHOD_POST;
+    if (!strcmp(method, "OPTIONS"))
+        return METHOD_OPTIONS;
+    return 0;
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+char *router_decode(arena *a, const char *s, size_t len, int plus_is_space, size_t *out_len)
+{
+    char *out = arena_alloc(a, len + 1);
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (c == '%') {
+            if (i + 2 >= len)
+                return NULL;
+            int hi = hex_value(s[i + 1]), lo = hex_value(s[i + 2]);
+            if (hi < 0 || lo < 0)
+                return NULL;
+            out[o++] = (char)(hi * 16 + lo);
+            i += 2;
+        } else if (c == '+' && plus_is_space) {
+            out[o++] = ' ';
+        } else {
+            out[o++] = c;
+        }
+    }
+    out[o] = '\0';
+    if (out_len)
+        *out_len = o;
+    return out;
+}
+
+static void set_route(route_match *out, route_id id)
+{
+    out->id = id;
+    out->name = routes[id].name;
+    out->handler = routes[id].handler;
+    out->methods = routes[id].methods;
+    out->needs_store = id >= ROUTE_STORE_SUMMARY;
+}
+
+static int store_suffix(const char *s)
+{
+    static const char *const suffixes[] = {".h5ad", ".h5mu", ".h5td", ".h5", ".zarr"};
+    size_t len = strlen(s);
+    for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++) {
+        size_t sl = strlen(suffixes[i]);
+        if (len > sl && !memcmp(s + len - sl, suffixes[i], sl))
+            return 1;
+    }
+    return 0;
+}
+
+/* Matches the segments after an AnnData prefix. */
+static int match_element(char **seg, size_t n, api_request *req, route_match *out)
+{
+    if (n >= 1 && !strcmp(seg[0], "raw")) {
+        req->raw = 1;
+        seg++;
+        n--;
+    }
+    for (size_t r = 0; r < sizeof element_routes / sizeof *element_routes; r++) {
+        const element_route *er = &element_routes[r];
+        size_t len = 0;
+        while (len < 3 && er->pattern[len])
+            len++;
+        if (len != n)
+            continue;
+        int ok = 1;
+        for (size_t i = 0; i < n && ok; i++)
+            ok = !strcmp(er->pattern[i], "*") || !strcmp(er->pattern[i], seg[i]);
+        if (!ok)
+            continue;
+        req->element = seg[0];
+        req->key = n > 1 ? seg[1] : NULL;
+        set_route(out, er->id);
+        return 0;
+    }
+    return CELLAR_ENOTFOUND;
+}
+
+static int match_store_rest(char **seg, size_t n, api_request *req, route_match *out)
+{
+    if (n == 0) {
+        set_route(out, ROUTE_STORE_SUMMARY);
+        return 0;
+    }
+    if (n == 1 && !strcmp(seg[0], "mod")) {
+        set_route(out, ROUTE_MOD_LIST);
+        return 0;
+    }
+    if (n == 2 && (!strcmp(seg[0], "obsmap") || !strcmp(seg[0], "varmap"))) {
+        req->element = seg[0];
+        req->mod = seg[1];
+        set_route(out, ROUTE_MAP);
+        return 0;
+    }
+    if (n >= 3 && !strcmp(seg[0], "mod")) {
+        req->mod = seg[1];
+        return match_element(seg + 2, n - 2, req, out);
+    }
+    return match_element(seg, n, req, out);
+}
+
+int router_match(const char *raw_path, api_request *req, route_match *out, cellar_error *err)
+{
+    set_route(out, ROUTE_NONE);
+    if (raw_path[0] != '/')
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no route for this path");
+    /* Split the raw path, then decode each segment on its own. */
+    char *seg[MAX_SEGMENTS];
+    size_t n = 0;
+    const char *s = raw_path + 1;
+    for (;;) {
+        const char *e = strchr(s, '/');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (!e && len == 0 && n > 0)
+            break; /* one trailing slash is tolerated */
+        if (n == MAX_SEGMENTS)
+            return cellar_fail(err, CELLAR_ENOTFOUND, "path has too many segments");
+        size_t dlen = 0;
+        seg[n] = router_decode(req->arena, s, len, 0, &dlen);
+        if (!seg[n])
+            return cellar_fail(err, CELLAR_EINVAL, "malformed percent-escape in the path");
+        if (dlen != strlen(seg[n]))
+            return cellar_fail(err, CELLAR_ENOTFOUND, "no route for a path holding NUL");
+        n++;
+        if (!e)
+            break;
+        s = e + 1;
+    }
+    if (n == 1 && !strcmp(seg[0], "healthz"))
+        set_route(out, ROUTE_HEALTHZ);
+    else if (n == 1 && !strcmp(seg[0], "readyz"))
+        set_route(out, ROUTE_READYZ);
+    else if (n == 1 && !strcmp(seg[0], "metrics"))
+        set_route(out, ROUTE_METRICS);
+    else if (n == 2 && !strcmp(seg[0], "v1") && !strcmp(seg[1], "openapi.json"))
+        set_route(out, ROUTE_OPENAPI);
+    else if (n == 2 && !strcmp(seg[0], "v1") && !strcmp(seg[1], "stores"))
+        set_route(out, ROUTE_STORES);
+    if (out->id != ROUTE_NONE)
+        return 0;
+    if (n < 3 || strcmp(seg[0], "v1") || strcmp(seg[1], "stores"))
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no route for this path");
+
+    /* The store name ends at the first segment with a store suffix. */
+    size_t end = 2;
+    while (end < n && !store_suffix(seg[end]))
+        end++;
+    if (end == n)
+        return cellar_fail(err, CELLAR_ENOTFOUND,
+                           "no store in this path (store names end in .h5ad, .h5mu, .h5td, "
+                           ".h5 or .zarr)");
+    size_t total = 0;
+    for (size_t i = 2; i <= end; i++)
+        total += strlen(seg[i]) + 1;
+    char *name = arena_alloc(req->arena, total);
+    if (!name)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    for (size_t i = 2; i <= end; i++) {
+        if (i > 2)
+            strcat(name, "/");
+        strcat(name, seg[i]);
+    }
+    req->store_name = name;
+    if (match_store_rest(seg + end + 1, n - end - 1, req, out) != 0) {
+        set_route(out, ROUTE_NONE);
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no such element route in store '%s'",
+                           name);
+    }
+    return 0;
+}

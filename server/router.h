@@ -1,0 +1,56 @@
+/* The static route table and the one dispatcher that matches a request
+ * path against it, percent-decoding path segments one at a time after
+ * splitting (so %2F inside a name is part of the name). */
+#ifndef CELLAR_ROUTER_H
+#define CELLAR_ROUTER_H
+
+#include "api/request.h"
+
+typedef enum route_id {
+    ROUTE_NONE = 0,
+    ROUTE_HEALTHZ,
+    ROUTE_READYZ,
+    ROUTE_METRICS,
+    ROUTE_OPENAPI,
+    ROUTE_STORES,
+    ROUTE_STORE_SUMMARY,
+    ROUTE_MOD_LIST,
+    ROUTE_FRAME,
+    ROUTE_FRAME_SCHEMA,
+    ROUTE_MAP,
+    ROUTE_COUNT
+} route_id;
+
+enum {
+    METHOD_GET = 1,
+    METHOD_HEAD = 2,
+    METHOD_POST = 4,
+    METHOD_OPTIONS = 8
+};
+
+typedef struct route_match {
+    route_id id;
+    const char *name;      /* the route's pattern, for metrics and logs */
+    api_handler handler;   /* NULL for routes the server answers itself */
+    unsigned methods;      /* METHOD_* allowed (OPTIONS is always answered) */
+    int needs_store;       /* the request names a store */
+} route_match;
+
+/* Name of a route for metrics labels. */
+const char *router_route_name(route_id id);
+
+/* Parses a method name into METHOD_*, 0 when unknown. */
+unsigned router_method(const char *method);
+
+/* Matches raw_path (not yet percent-decoded, without the query) and fills
+ * the path parts of req (store_name, mod, raw, element, key) from the
+ * request arena.  CELLAR_ENOTFOUND when nothing matches (detail says why),
+ * CELLAR_EINVAL for a malformed escape. */
+int router_match(const char *raw_path, api_request *req, route_match *out, cellar_error *err);
+
+/* Percent-decodes [s, s+len) into arena memory; plus_is_space for query
+ * strings.  Returns NULL on a malformed escape.  *out_len gets the decoded
+ * length (the text may hold NUL bytes, which callers must refuse). */
+char *router_decode(arena *a, const char *s, size_t len, int plus_is_space, size_t *out_len);
+
+#endif

@@ -1,0 +1,827 @@
+#include "storage/registry.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "storage/h5.h"
+#if __has_include("storage/zarr.h")
+#include "storage/zarr.h"
+#define CELLAR_HAVE_ZARR 1
+#endif
+
+/* How long a reopen of a file rewritten in place waits for requests still
+ * reading the old version (libhdf5 shares open files by device and inode, so
+ * the old handle must be closed before the new contents can be read). */
+#define REGISTRY_DRAIN_SECONDS 30
+#define REGISTRY_LIST_MAX_DEPTH 16
+
+typedef struct derived_entry {
+    struct derived_entry *next;
+    char *key;
+    int ready;
+    void *value;
+    size_t bytes;
+    derived_free_fn free_fn;
+} derived_entry;
+
+typedef struct file_identity {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+} file_identity;
+
+struct store {
+    registry *reg;
+    char *name;
+    char *path;
+    store_backend backend;
+    store_kind kind;
+    node *root;
+    file_identity id;
+    char etag[128];
+
+    /* Guarded by reg->lock. */
+    struct store *next_retired; /* retired but still referenced */
+    int refs;
+    int current;       /* still the registry's version for this name */
+    double last_used;
+
+    pthread_mutex_t derived_lock;
+    pthread_cond_t derived_cond;
+    derived_entry *derived;
+    size_t derived_bytes;
+};
+
+struct registry {
+    char *root;        /* realpath of the data root */
+    size_t root_len;
+    registry_config cfg;
+    pthread_mutex_t lock;
+    pthread_cond_t released; /* a non-current version was freed */
+    store **open;      /* current versions */
+    store *retired;    /* older versions still referenced by requests */
+    size_t n_open, cap_open;
+};
+
+static const char *const store_suffixes[] = {".h5ad", ".h5mu", ".h5td", ".h5", ".zarr"};
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+const char *store_backend_name(store_backend b)
+{
+    return b == BACKEND_ZARR ? "zarr" : "hdf5";
+}
+
+static int has_suffix(const char *s, size_t len, const char *suffix)
+{
+    size_t sl = strlen(suffix);
+    return len > sl && memcmp(s + len - sl, suffix, sl) == 0;
+}
+
+static int segment_is_store(const char *s, size_t len)
+{
+    for (size_t i = 0; i < sizeof store_suffixes / sizeof *store_suffixes; i++)
+        if (has_suffix(s, len, store_suffixes[i]))
+            return 1;
+    return 0;
+}
+
+static store_kind kind_from_suffix(const char *name)
+{
+    size_t len = strlen(name);
+    if (has_suffix(name, len, ".h5mu"))
+        return KIND_MUDATA;
+    if (has_suffix(name, len, ".h5td"))
+        return KIND_TREEDATA;
+    if (has_suffix(name, len, ".h5ad"))
+        return KIND_ANNDATA;
+    return KIND_UNKNOWN;
+}
+
+int registry_split_name(const char *path, arena *a, const char **name, const char **rest)
+{
+    *name = NULL;
+    *rest = NULL;
+    const char *s = path;
+    while (*s) {
+        const char *e = strchr(s, '/');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (segment_is_store(s, len)) {
+            *name = arena_strndup(a, path, (size_t)(s + len - path));
+            *rest = arena_strdup(a, e ? e + 1 : "");
+            return (*name && *rest) ? 0 : CELLAR_ENOMEM;
+        }
+        if (!e)
+            break;
+        s = e + 1;
+    }
+    return CELLAR_ENOTFOUND;
+}
+
+/* A store name is a relative path of plain segments ending in a store
+ * suffix: no "", ".", ".." segments, no leading '/', no backslashes or
+ * control characters. */
+static int name_is_safe(const char *name)
+{
+    size_t len = strlen(name);
+    if (len == 0 || len > 1024 || name[0] == '/')
+        return 0;
+    const char *s = name;
+    for (;;) {
+        const char *e = strchr(s, '/');
+        size_t seg = e ? (size_t)(e - s) : strlen(s);
+        if (seg == 0 || (seg == 1 && s[0] == '.') || (seg == 2 && s[0] == '.' && s[1] == '.'))
+            return 0;
+        if (!e)
+            break;
+        s = e + 1;
+    }
+    for (const char *p = name; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == '\\' || *p == 0x7f)
+            return 0;
+    return segment_is_store(name, len) && !strstr(name, "//");
+}
+
+/* Resolves name against the root to a canonical path that is still inside
+ * the root (symlinks followed, then checked). Returns a malloc'd path. */
+static int resolve_inside(registry *r, const char *name, char **out, cellar_error *err)
+{
+    *out = NULL;
+    if (!name_is_safe(name)) {
+        fprintf(stderr, "cellar: refused store name '%.200s' (not a plain relative name)\n",
+                name);
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no store named '%.200s'", name);
+    }
+    size_t len = r->root_len + 1 + strlen(name) + 1;
+    char *joined = malloc(len);
+    if (!joined)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    snprintf(joined, len, "%s/%s", r->root, name);
+    char *real = realpath(joined, NULL);
+    free(joined);
+    if (!real)
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no store named '%.200s'", name);
+    if (strncmp(real, r->root, r->root_len) != 0 ||
+        (real[r->root_len] != '/' && r->root_len > 1)) {
+        fprintf(stderr, "cellar: refused store '%.200s': resolves outside the data root\n",
+                name);
+        free(real);
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no store named '%.200s'", name);
+    }
+    *out = real;
+    return 0;
+}
+
+/* The identity of a store on disk. For a zarr directory, the directory and its
+ * root metadata document both count, so a rewritten store is noticed. */
+static int read_identity(const char *path, store_backend backend, file_identity *id)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -1;
+    id->dev = st.st_dev;
+    id->ino = st.st_ino;
+    id->size = st.st_size;
+    id->mtime = st.st_mtim;
+    if (backend == BACKEND_ZARR) {
+        static const char *const meta[] = {"zarr.json", ".zmetadata", ".zgroup", ".zattrs"};
+        char p[PATH_MAX];
+        for (size_t i = 0; i < sizeof meta / sizeof *meta; i++) {
+            snprintf(p, sizeof p, "%s/%s", path, meta[i]);
+            struct stat ms;
+            if (stat(p, &ms) == 0) {
+                id->size += ms.st_size;
+                if (ms.st_mtim.tv_sec > id->mtime.tv_sec ||
+                    (ms.st_mtim.tv_sec == id->mtime.tv_sec &&
+                     ms.st_mtim.tv_nsec > id->mtime.tv_nsec))
+                    id->mtime = ms.st_mtim;
+            }
+        }
+    }
+    return 0;
+}
+
+static int identity_equal(const file_identity *a, const file_identity *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec;
+}
+
+registry *registry_new(const registry_config *cfg, cellar_error *err)
+{
+    char *real = realpath(cfg->root, NULL);
+    struct stat st;
+    if (!real || stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        free(real);
+        cellar_fail(err, CELLAR_ENOTFOUND, "data root '%s' is not a readable directory",
+                    cfg->root);
+        return NULL;
+    }
+    registry *r = calloc(1, sizeof *r);
+    if (!r) {
+        free(real);
+        cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+        return NULL;
+    }
+    r->root = real;
+    r->root_len = strlen(real);
+    r->cfg = *cfg;
+    r->cfg.root = r->root;
+    if (r->cfg.max_open_stores == 0)
+        r->cfg.max_open_stores = 1;
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->released, NULL);
+    return r;
+}
+
+static void store_free(store *s)
+{
+    if (!s)
+        return;
+    derived_entry *d = s->derived;
+    while (d) {
+        derived_entry *next = d->next;
+        if (d->ready && d->free_fn)
+            d->free_fn(d->value);
+        free(d->key);
+        free(d);
+        d = next;
+    }
+    node_tree_free(s->root);
+    pthread_mutex_destroy(&s->derived_lock);
+    pthread_cond_destroy(&s->derived_cond);
+    free(s->name);
+    free(s->path);
+    free(s);
+}
+
+void registry_free(registry *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->lock);
+    for (size_t i = 0; i < r->n_open; i++) {
+        store *s = r->open[i];
+        s->current = 0;
+        s->reg = NULL;
+        if (s->refs == 0)
+            store_free(s);
+    }
+    r->n_open = 0;
+    for (store *s = r->retired; s; s = s->next_retired)
+        s->reg = NULL;
+    r->retired = NULL;
+    pthread_mutex_unlock(&r->lock);
+    pthread_mutex_destroy(&r->lock);
+    pthread_cond_destroy(&r->released);
+    free(r->open);
+    free(r->root);
+    free(r);
+}
+
+static store_backend backend_of(const char *name)
+{
+    return has_suffix(name, strlen(name), ".zarr") ? BACKEND_ZARR : BACKEND_HDF5;
+}
+
+static int store_open(registry *r, const char *name, const char *path,
+                      const file_identity *id, store **out, cellar_error *err)
+{
+    *out = NULL;
+    store *s = calloc(1, sizeof *s);
+    if (!s)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    s->reg = r;
+    s->name = strdup(name);
+    s->path = strdup(path);
+    s->backend = backend_of(name);
+    s->id = *id;
+    pthread_mutex_init(&s->derived_lock, NULL);
+    pthread_cond_init(&s->derived_cond, NULL);
+    int rc = 0;
+    if (!s->name || !s->path) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+        goto done;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        rc = cellar_fail(err, CELLAR_ENOTFOUND, "no store named '%s'", name);
+        goto done;
+    }
+    if (s->backend == BACKEND_ZARR) {
+        if (!S_ISDIR(st.st_mode)) {
+            rc = cellar_fail(err, CELLAR_EFORMAT, "store '%s' is not a zarr directory", name);
+            goto done;
+        }
+#ifdef CELLAR_HAVE_ZARR
+        rc = zarr_open(path, &s->root, err);
+#else
+        rc = cellar_fail(err, CELLAR_EFORMAT, "zarr stores are not supported by this build");
+#endif
+    } else {
+        if (!S_ISREG(st.st_mode)) {
+            rc = cellar_fail(err, CELLAR_ENOTFOUND, "no store named '%s'", name);
+            goto done;
+        }
+        rc = h5_open(path, &s->root, err);
+    }
+    if (rc)
+        goto done;
+    s->kind = anndata_detect_kind(s->root);
+    snprintf(s->etag, sizeof s->etag, "\"%lx-%lx-%llx-%llx.%lx\"", (unsigned long)id->dev,
+             (unsigned long)id->ino, (unsigned long long)id->size,
+             (unsigned long long)id->mtime.tv_sec, (unsigned long)id->mtime.tv_nsec);
+done:
+    if (rc) {
+        store_free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+static store *find_open(registry *r, const char *name, size_t *pos)
+{
+    for (size_t i = 0; i < r->n_open; i++) {
+        if (strcmp(r->open[i]->name, name) == 0) {
+            if (pos)
+                *pos = i;
+            return r->open[i];
+        }
+    }
+    return NULL;
+}
+
+/* Removes entry i from the current set; returns the store if nobody holds it
+ * (the caller frees it outside the lock), else NULL. Lock held. */
+static store *retire_locked(registry *r, size_t i)
+{
+    store *s = r->open[i];
+    r->open[i] = r->open[--r->n_open];
+    s->current = 0;
+    if (s->refs == 0)
+        return s;
+    s->next_retired = r->retired;
+    r->retired = s;
+    return NULL;
+}
+
+/* Closes least recently used idle versions while over the bound. Lock held;
+ * victims are appended to *victims for freeing outside the lock. */
+static void enforce_bound_locked(registry *r, store **victims, size_t *n_victims,
+                                 size_t max_victims)
+{
+    while (r->n_open > r->cfg.max_open_stores && *n_victims < max_victims) {
+        size_t best = SIZE_MAX;
+        for (size_t i = 0; i < r->n_open; i++) {
+            if (r->open[i]->refs)
+                continue;
+            if (best == SIZE_MAX || r->open[i]->last_used < r->open[best]->last_used)
+                best = i;
+        }
+        if (best == SIZE_MAX)
+            return;
+        store *v = retire_locked(r, best);
+        if (v)
+            victims[(*n_victims)++] = v;
+    }
+}
+
+static int install_locked(registry *r, store *s)
+{
+    if (r->n_open == r->cap_open) {
+        size_t cap = r->cap_open ? r->cap_open * 2 : 16;
+        store **p = realloc(r->open, cap * sizeof *p);
+        if (!p)
+            return CELLAR_ENOMEM;
+        r->open = p;
+        r->cap_open = cap;
+    }
+    r->open[r->n_open++] = s;
+    s->current = 1;
+    return 0;
+}
+
+static int retired_holds_file(registry *r, const file_identity *id)
+{
+    for (store *s = r->retired; s; s = s->next_retired)
+        if (s->id.dev == id->dev && s->id.ino == id->ino)
+            return 1;
+    return 0;
+}
+
+/* Waits until no older version of the same (dev, ino) is alive, so libhdf5
+ * does not hand back its cached view of the old contents. Lock held. */
+static int wait_same_file_closed_locked(registry *r, const file_identity *id)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += REGISTRY_DRAIN_SECONDS;
+    while (retired_holds_file(r, id))
+        if (pthread_cond_timedwait(&r->released, &r->lock, &deadline) == ETIMEDOUT)
+            return CELLAR_EUNAVAILABLE;
+    return 0;
+}
+
+int registry_get(registry *r, const char *name, store **out, cellar_error *err)
+{
+    *out = NULL;
+    char *path = NULL;
+    int rc = resolve_inside(r, name, &path, err);
+    if (rc)
+        return rc;
+    store_backend backend = backend_of(name);
+    file_identity id;
+    if (read_identity(path, backend, &id) != 0) {
+        free(path);
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no store named '%s'", name);
+    }
+    store *victims[8];
+    size_t n_victims = 0;
+    pthread_mutex_lock(&r->lock);
+    size_t pos = 0;
+    store *cur = find_open(r, name, &pos);
+    if (cur && identity_equal(&cur->id, &id)) {
+        cur->refs++;
+        cur->last_used = now_seconds();
+        pthread_mutex_unlock(&r->lock);
+        free(path);
+        *out = cur;
+        return 0;
+    }
+    if (cur) {
+        /* Changed on disk: retire the old version for later requests. */
+        store *freed = retire_locked(r, pos);
+        if (freed)
+            victims[n_victims++] = freed;
+    }
+    if (backend == BACKEND_HDF5) {
+        rc = wait_same_file_closed_locked(r, &id);
+        if (rc) {
+            pthread_mutex_unlock(&r->lock);
+            free(path);
+            return cellar_fail(err, rc, "store '%s' is being rewritten; retry", name);
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+    for (size_t i = 0; i < n_victims; i++)
+        store_free(victims[i]);
+    n_victims = 0;
+
+    store *fresh = NULL;
+    rc = store_open(r, name, path, &id, &fresh, err);
+    free(path);
+    if (rc) {
+        if (rc == CELLAR_EFORMAT)
+            fprintf(stderr, "cellar: store '%s' is not readable: %s\n", name,
+                    err ? err->detail : "");
+        return rc;
+    }
+
+    pthread_mutex_lock(&r->lock);
+    store *raced = find_open(r, name, &pos);
+    if (raced && identity_equal(&raced->id, &id)) {
+        /* Another request opened the same version meanwhile: use theirs. */
+        raced->refs++;
+        raced->last_used = now_seconds();
+        pthread_mutex_unlock(&r->lock);
+        store_free(fresh);
+        *out = raced;
+        return 0;
+    }
+    if (raced) {
+        store *freed = retire_locked(r, pos);
+        if (freed)
+            victims[n_victims++] = freed;
+    }
+    if (install_locked(r, fresh) != 0) {
+        pthread_mutex_unlock(&r->lock);
+        store_free(fresh);
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    }
+    fresh->refs = 1;
+    fresh->last_used = now_seconds();
+    enforce_bound_locked(r, victims, &n_victims, sizeof victims / sizeof *victims);
+    pthread_mutex_unlock(&r->lock);
+    for (size_t i = 0; i < n_victims; i++)
+        store_free(victims[i]);
+    *out = fresh;
+    return 0;
+}
+
+void store_release(store *s)
+{
+    if (!s)
+        return;
+    registry *r = s->reg;
+    if (!r) {
+        /* The registry is gone (shutdown): last holder frees. */
+        if (--s->refs == 0)
+            store_free(s);
+        return;
+    }
+    pthread_mutex_lock(&r->lock);
+    int free_it = --s->refs == 0 && !s->current;
+    s->last_used = now_seconds();
+    if (free_it) {
+        for (store **p = &r->retired; *p; p = &(*p)->next_retired) {
+            if (*p == s) {
+                *p = s->next_retired;
+                break;
+            }
+        }
+        pthread_cond_broadcast(&r->released);
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (free_it)
+        store_free(s);
+}
+
+void registry_drop_all(registry *r)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t n = 0;
+    store **victims = calloc(r->n_open ? r->n_open : 1, sizeof *victims);
+    while (r->n_open) {
+        store *v = retire_locked(r, r->n_open - 1);
+        if (v && victims)
+            victims[n++] = v;
+    }
+    pthread_mutex_unlock(&r->lock);
+    for (size_t i = 0; i < n; i++)
+        store_free(victims[i]);
+    free(victims);
+}
+
+void registry_evict_idle(registry *r)
+{
+    double limit = now_seconds() - r->cfg.idle_seconds;
+    pthread_mutex_lock(&r->lock);
+    size_t n = 0;
+    store **victims = calloc(r->n_open ? r->n_open : 1, sizeof *victims);
+    for (size_t i = 0; i < r->n_open;) {
+        store *s = r->open[i];
+        if (s->refs == 0 && s->last_used < limit) {
+            store *v = retire_locked(r, i);
+            if (v && victims)
+                victims[n++] = v;
+            continue;
+        }
+        i++;
+    }
+    pthread_mutex_unlock(&r->lock);
+    for (size_t i = 0; i < n; i++)
+        store_free(victims[i]);
+    free(victims);
+}
+
+size_t registry_open_count(registry *r)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t n = r->n_open;
+    pthread_mutex_unlock(&r->lock);
+    return n;
+}
+
+size_t registry_cache_bytes(registry *r)
+{
+    size_t total = 0;
+    pthread_mutex_lock(&r->lock);
+    for (size_t i = 0; i < r->n_open; i++) {
+        store *s = r->open[i];
+        pthread_mutex_lock(&s->derived_lock);
+        total += s->derived_bytes;
+        pthread_mutex_unlock(&s->derived_lock);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return total;
+}
+
+int registry_root_ok(registry *r)
+{
+    return access(r->root, R_OK | X_OK) == 0;
+}
+
+/* ---- listing ---- */
+
+typedef struct listing_acc {
+    arena *a;
+    store_listing *items;
+    size_t n, cap;
+} listing_acc;
+
+static int listing_push(listing_acc *acc, const char *name, const struct stat *st)
+{
+    if (acc->n == acc->cap) {
+        size_t cap = acc->cap ? acc->cap * 2 : 32;
+        store_listing *p = arena_calloc(acc->a, cap, sizeof *p);
+        if (!p)
+            return CELLAR_ENOMEM;
+        if (acc->n)
+            memcpy(p, acc->items, acc->n * sizeof *p);
+        acc->items = p;
+        acc->cap = cap;
+    }
+    store_listing *e = &acc->items[acc->n++];
+    e->name = arena_strdup(acc->a, name);
+    e->backend = backend_of(name);
+    e->kind = kind_from_suffix(name);
+    e->bytes = (uint64_t)st->st_size;
+    e->mtime = st->st_mtim;
+    return e->name ? 0 : CELLAR_ENOMEM;
+}
+
+static int listing_walk(registry *r, listing_acc *acc, const char *rel, int depth)
+{
+    if (depth > REGISTRY_LIST_MAX_DEPTH)
+        return 0;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s%s%s", r->root, rel[0] ? "/" : "", rel);
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int rc = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        char child_rel[PATH_MAX];
+        int w = snprintf(child_rel, sizeof child_rel, "%s%s%s", rel, rel[0] ? "/" : "",
+                         de->d_name);
+        if (w < 0 || (size_t)w >= sizeof child_rel)
+            continue;
+        char *real = NULL;
+        if (resolve_inside(r, child_rel, &real, NULL) != 0) {
+            /* Not a store name: maybe a folder to descend into. */
+            char full[PATH_MAX];
+            snprintf(full, sizeof full, "%s/%s", r->root, child_rel);
+            struct stat lst;
+            if (lstat(full, &lst) == 0 && S_ISDIR(lst.st_mode))
+                rc = listing_walk(r, acc, child_rel, depth + 1);
+            if (rc)
+                break;
+            continue;
+        }
+        struct stat st;
+        int ok = stat(real, &st) == 0;
+        free(real);
+        if (!ok)
+            continue;
+        int is_zarr = backend_of(child_rel) == BACKEND_ZARR;
+        if ((is_zarr && !S_ISDIR(st.st_mode)) || (!is_zarr && !S_ISREG(st.st_mode)))
+            continue;
+        rc = listing_push(acc, child_rel, &st);
+        if (rc)
+            break;
+    }
+    closedir(d);
+    return rc;
+}
+
+static int listing_cmp(const void *a, const void *b)
+{
+    return strcmp(((const store_listing *)a)->name, ((const store_listing *)b)->name);
+}
+
+int registry_list(registry *r, arena *a, store_listing **out, size_t *count,
+                  cellar_error *err)
+{
+    listing_acc acc = {.a = a};
+    int rc = listing_walk(r, &acc, "", 0);
+    if (rc)
+        return cellar_fail(err, rc, "could not list the data root");
+    if (acc.n)
+        qsort(acc.items, acc.n, sizeof *acc.items, listing_cmp);
+    /* Kinds the suffix cannot tell (.h5, .zarr) come from opening the store. */
+    for (size_t i = 0; i < acc.n; i++) {
+        if (acc.items[i].kind != KIND_UNKNOWN)
+            continue;
+        store *s = NULL;
+        if (registry_get(r, acc.items[i].name, &s, NULL) == 0) {
+            acc.items[i].kind = s->kind;
+            store_release(s);
+        }
+    }
+    *out = acc.items;
+    *count = acc.n;
+    return 0;
+}
+
+/* ---- store accessors ---- */
+
+const char *store_name(const store *s)
+{
+    return s->name;
+}
+
+store_kind store_get_kind(const store *s)
+{
+    return s->kind;
+}
+
+store_backend store_get_backend(const store *s)
+{
+    return s->backend;
+}
+
+node *store_root(store *s)
+{
+    return s->root;
+}
+
+uint64_t store_bytes(const store *s)
+{
+    return (uint64_t)s->id.size;
+}
+
+struct timespec store_mtime(const store *s)
+{
+    return s->id.mtime;
+}
+
+const char *store_etag(const store *s)
+{
+    return s->etag;
+}
+
+/* ---- derived structures ---- */
+
+static derived_entry *derived_find(store *s, const char *key)
+{
+    for (derived_entry *d = s->derived; d; d = d->next)
+        if (strcmp(d->key, key) == 0)
+            return d;
+    return NULL;
+}
+
+static void derived_unlink(store *s, derived_entry *e)
+{
+    for (derived_entry **p = &s->derived; *p; p = &(*p)->next) {
+        if (*p == e) {
+            *p = e->next;
+            return;
+        }
+    }
+}
+
+int store_derived(store *s, const char *key, derived_build_fn build, void *ctx,
+                  derived_free_fn free_fn, void **value, cellar_error *err)
+{
+    *value = NULL;
+    pthread_mutex_lock(&s->derived_lock);
+    derived_entry *e;
+    while ((e = derived_find(s, key)) != NULL && !e->ready)
+        pthread_cond_wait(&s->derived_cond, &s->derived_lock);
+    if (e) {
+        *value = e->value;
+        pthread_mutex_unlock(&s->derived_lock);
+        return 0;
+    }
+    e = calloc(1, sizeof *e);
+    char *k = strdup(key);
+    if (!e || !k) {
+        free(e);
+        free(k);
+        pthread_mutex_unlock(&s->derived_lock);
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    }
+    e->key = k;
+    e->free_fn = free_fn;
+    e->next = s->derived;
+    s->derived = e;
+    pthread_mutex_unlock(&s->derived_lock);
+
+    void *v = NULL;
+    size_t bytes = 0;
+    int rc = build(ctx, &v, &bytes, err);
+
+    pthread_mutex_lock(&s->derived_lock);
+    if (rc) {
+        derived_unlink(s, e);
+        free(e->key);
+        free(e);
+    } else {
+        e->value = v;
+        e->bytes = bytes;
+        e->ready = 1;
+        s->derived_bytes += bytes;
+        *value = v;
+    }
+    pthread_cond_broadcast(&s->derived_cond);
+    pthread_mutex_unlock(&s->derived_lock);
+    return rc;
+}
