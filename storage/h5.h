@@ -1,0 +1,32 @@
+/* The HDF5 backend of the node interface (storage/node.h), over libhdf5.
+ *
+ * This module and storage/h5.c are the only place that knows about libhdf5;
+ * everything above sees plain nodes.  The subset of HDF5 that is mapped
+ * (types, attributes, links) is described in storage/node.h and in the
+ * comments of h5.c.
+ *
+ * Thread safety: libhdf5 (thread-safe build) serializes every call behind its
+ * global lock; the nodes made here keep no shared scratch state, so one tree
+ * may be used by many threads at once, as node.h promises. */
+#ifndef CELLAR_H5_H
+#define CELLAR_H5_H
+
+#include "common/error.h"
+#include "storage/node.h"
+
+/* Global set-up, called once at startup before any other thread uses HDF5:
+ * initialises the library and switches off its automatic error printing
+ * (errors are translated into cellar_error instead).  Every entry point of
+ * this module also switches the printing off in the calling thread, since
+ * libhdf5 keeps that setting per thread. */
+void h5_library_init(void);
+
+/* Opens the HDF5 file at path read-only and returns its root group in *root
+ * (owned by the caller, released with node_tree_free, which really closes
+ * the file).  A userblock (MuData's 512 bytes) is fine.
+ * Errors: CELLAR_ENOTFOUND when there is no such file, CELLAR_EFORMAT when it
+ * is not HDF5 or is truncated/corrupt, CELLAR_EIO when it cannot be read,
+ * CELLAR_ENOMEM. */
+int h5_open(const char *path, node **root, cellar_error *err);
+
+#endif
