@@ -516,6 +516,7 @@ http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
         flags |= MHD_USE_IPv6;
     h->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, on_request, h,
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
@@ -523,7 +524,6 @@ http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)60,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
         MHD_OPTION_END);
     if (!h->daemon) {
         cellar_fail(err, CELLAR_EUNAVAILABLE, "cannot listen on %s:%u", cfg->bind, cfg->port);
