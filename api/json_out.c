@@ -1,5 +1,6 @@
 #include "api/json_out.h"
 
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -30,7 +31,8 @@ size_t fmt_f64(double v, char *out)
         return 0;
     }
     int n = 0;
-    for (int p = 15; p <= 17; p++) {
+    /* Subnormals have fewer significant bits: search from one digit. */
+    for (int p = fabs(v) < DBL_MIN ? 1 : 15; p <= 17; p++) {
         n = snprintf(out, NUMBER_TEXT_MAX - 2, "%.*g", p, v);
         if (p == 17 || strtod(out, NULL) == v)
             break;
@@ -46,7 +48,7 @@ size_t fmt_f32(float v, char *out)
         return 0;
     }
     int n = 0;
-    for (int p = 6; p <= 9; p++) {
+    for (int p = fabsf(v) < FLT_MIN ? 1 : 6; p <= 9; p++) {
         n = snprintf(out, NUMBER_TEXT_MAX - 2, "%.*g", p, (double)v);
         if (p == 9 || strtof(out, NULL) == v)
             break;
@@ -170,6 +172,32 @@ int utf8_valid(const char *s, size_t n)
     return 1;
 }
 
+/* How many bytes an invalid sequence at s spans: its lead byte and the
+ * continuation bytes that still fitted, so that each maximal invalid
+ * subpart becomes one U+FFFD (Unicode's recommended practice, as Python's
+ * "replace" does). */
+static size_t utf8_bad_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t len;
+    unsigned lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf)
+        len = 2;
+    else if (c >= 0xe0 && c <= 0xef)
+        len = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+    else if (c >= 0xf0 && c <= 0xf4)
+        len = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+    else
+        return 1;
+    size_t k = 1;
+    if (k < n && k < len && s[k] >= lo && s[k] <= hi) {
+        k++;
+        while (k < n && k < len && s[k] >= 0x80 && s[k] <= 0xbf)
+            k++;
+    }
+    return k;
+}
+
 int utf8_sanitize(const char *s, size_t n, buf *out)
 {
     const unsigned char *p = (const unsigned char *)s;
@@ -182,7 +210,7 @@ int utf8_sanitize(const char *s, size_t n, buf *out)
         }
         if (buf_append(out, s + run, i - run) || buf_append(out, "\xef\xbf\xbd", 3))
             return -1;
-        i++;
+        i += utf8_bad_len(p + i, n - i);
         run = i;
     }
     return buf_append(out, s + run, n - run);
