@@ -523,7 +523,6 @@ http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape_nothing, NULL,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)60,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
         MHD_OPTION_END);
     if (!h->daemon) {
         cellar_fail(err, CELLAR_EUNAVAILABLE, "cannot listen on %s:%u", cfg->bind, cfg->port);
