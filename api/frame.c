@@ -34,7 +34,9 @@ static const char *pandas_dtype(const frame_column *c)
     case COL_STRING_ARRAY: return "str";
     case COL_CATEGORICAL: return "category";
     case COL_NULLABLE_BOOLEAN: return "boolean";
-    case COL_NULLABLE_STRING: return "string";
+    case COL_NULLABLE_STRING:
+        /* pandas: StringDtype(na_value=nan) prints as "str", pd.NA as "string". */
+        return c->na_value && strcmp(c->na_value, "NaN") == 0 ? "str" : "string";
     case COL_NULLABLE_INTEGER:
         switch (c->dtype) {
         case DT_INT8: return "Int8";
