@@ -32,7 +32,7 @@ PYTHON_FOR_VENV = $(shell sh tests/find_python.sh)
 VENV    := .venv
 PORT    ?= 8080
 
-.PHONY: all deps run test unit pytest venv clean check-deps
+.PHONY: all deps run test check unit pytest venv clean
 all: $(BUILD)/cellar
 
 # Installs the Debian packages that are missing (needs root, as on CI).
@@ -79,12 +79,28 @@ venv: $(VENV)/.done
 unit: $(BUILD)/unit_tests
 	./$(BUILD)/unit_tests
 
-pytest: $(BUILD)/cellar venv
-	CELLAR_BIN=$(abspath $(BUILD)/cellar) $(VENV)/bin/python -m pytest -q tests/http
+# Sanitizer reports must fail the run.
+SAN_ENV := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 \
+           UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-test: deps
-	$(MAKE) unit
+pytest: $(BUILD)/cellar venv
+	$(SAN_ENV) CELLAR_BIN=$(abspath $(BUILD)/cellar) $(VENV)/bin/python -m pytest -q tests/http
+
+# One build: unit tests, then the HTTP suite against the real binary.
+check: $(BUILD)/unit_tests $(BUILD)/cellar
+	$(SAN_ENV) ./$(BUILD)/unit_tests
 	$(MAKE) pytest
+
+# Everything, twice: a plain build, and one under AddressSanitizer and
+# UndefinedBehaviorSanitizer (make SANITIZE=address,undefined test runs only that one).
+ifeq ($(SANITIZE),)
+test: deps
+	$(MAKE) check
+	$(MAKE) SANITIZE=address,undefined check
+else
+test: deps
+	$(MAKE) check
+endif
 
 clean:
 	rm -rf build build-san

@@ -918,6 +918,9 @@ static int plan_dim(const dim_sel *s, int64_t len, dim_plan *p, const char *path
         return cellar_fail(err, CELLAR_EINTERNAL, "empty selection reached '%s'", path);
     if (s->index) {
         p->bstart = NULL;
+        p->bstride = NULL;
+        p->bcount = NULL;
+        p->boff = NULL;
         return plan_list(s, len, p, path, err);
     }
     if (s->step == 0)
