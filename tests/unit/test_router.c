@@ -1,0 +1,73 @@
+#include <string.h>
+
+#include "common/arena.h"
+#include "server/router.h"
+#include "tests/unit/unit.h"
+
+static int route(const char *path, api_request *req, route_match *m, arena *a)
+{
+    memset(req, 0, sizeof *req);
+    req->arena = a;
+    cellar_error err;
+    cellar_error_clear(&err);
+    return router_match(path, req, m, &err);
+}
+
+void test_router_service_and_stores(void)
+{
+    arena *a = arena_new();
+    api_request req;
+    route_match m;
+    CHECK_EQ(route("/healthz", &req, &m, a), 0);
+    CHECK_EQ(m.id, ROUTE_HEALTHZ);
+    CHECK_EQ(route("/v1/stores", &req, &m, a), 0);
+    CHECK_EQ(m.id, ROUTE_STORES);
+    CHECK_EQ(route("/v1/stores/", &req, &m, a), 0);
+    CHECK_EQ(m.id, ROUTE_STORES);
+    CHECK_EQ(route("/v1/stores/atlas/liver.h5mu", &req, &m, a), 0);
+    CHECK_EQ(m.id, ROUTE_STORE_SUMMARY);
+    CHECK_STR_EQ(req.store_name, "atlas/liver.h5mu");
+    CHECK_EQ(route("/v1/stores/a.h5mu/mod", &req, &m, a), 0);
+    CHECK_EQ(m.id, ROUTE_MOD_LIST);
+    CHECK_EQ(route("/v1/stores/a.h5mu/obsmap/rna", &req, &m, a), 0);
+    CHECK_EQ(m.id, ROUTE_MAP);
+    CHECK_STR_EQ(req.element, "obsmap");
+    CHECK_STR_EQ(req.mod, "rna");
+    CHECK_EQ(route("/nope", &req, &m, a), CELLAR_ENOTFOUND);
+    CHECK_EQ(route("/v1/stores/noext/obs", &req, &m, a), CELLAR_ENOTFOUND);
+    arena_free(a);
+}
+
+void test_router_elements_and_decoding(void)
+{
+    arena *a = arena_new();
+    api_request req;
+    route_match m;
+    CHECK_EQ(route("/v1/stores/x.h5ad/obs", &req, &m, a), 0);
+    CHECK_EQ(m.id, ROUTE_FRAME);
+    CHECK_STR_EQ(req.element, "obs");
+    CHECK(req.mod == NULL);
+    CHECK_EQ(route("/v1/stores/x.h5mu/mod/my%20rna/var/schema", &req, &m, a), 0);
+    CHECK_EQ(m.id, ROUTE_FRAME_SCHEMA);
+    CHECK_STR_EQ(req.mod, "my rna");
+    CHECK_STR_EQ(req.element, "var");
+    CHECK_EQ(route("/v1/stores/x.h5ad/raw/var", &req, &m, a), 0);
+    CHECK_EQ(m.id, ROUTE_FRAME);
+    CHECK_EQ(req.raw, 1);
+    /* %2F is part of a name, not a separator. */
+    CHECK_EQ(route("/v1/stores/x.h5mu/obsmap/a%2Fb", &req, &m, a), 0);
+    CHECK_STR_EQ(req.mod, "a/b");
+    /* ... and inside the store segment it is decoded but stays one segment,
+     * which the registry then refuses as a name with "..". */
+    CHECK_EQ(route("/v1/stores/..%2Fsecret.h5ad", &req, &m, a), 0);
+    CHECK_STR_EQ(req.store_name, "../secret.h5ad");
+    CHECK_EQ(route("/v1/stores/x.h5ad/obs%00", &req, &m, a), CELLAR_ENOTFOUND);
+    CHECK_EQ(route("/v1/stores/x.h5ad/%zz", &req, &m, a), CELLAR_EINVAL);
+    CHECK_EQ(route("/v1/stores/x.h5ad/%4", &req, &m, a), CELLAR_EINVAL);
+    CHECK_EQ(route("/v1/stores/x.h5ad/X", &req, &m, a), CELLAR_ENOTFOUND);
+    CHECK_EQ(route("/v1/stores/x.h5ad/mod/rna/mod", &req, &m, a), CELLAR_ENOTFOUND);
+    size_t len = 0;
+    char *d = router_decode(a, "a%2Cb+c", 7, 1, &len);
+    CHECK_STR_EQ(d, "a,b c");
+    arena_free(a);
+}
