@@ -627,11 +627,17 @@ int frame_find_column(const frame *f, const char *name)
 /* Why a column is unreadable: parses it again, this time keeping the error. */
 static int explain_unreadable(const frame *f, const frame_column *c, cellar_error *err)
 {
-    node *cn = node_child_opt(f->group, c->name);
-    if (!cn)
+    node *cn = NULL;
+    cellar_error e2;
+    cellar_error_clear(&e2);
+    int orc = node_child(f->group, c->name, &cn, &e2);
+    if (orc == CELLAR_ENOTFOUND)
         return cellar_fail(err, CELLAR_EFORMAT,
                            "column '%s' is listed in column-order of '%s' but missing",
                            c->name, node_path(f->group));
+    if (orc)
+        return cellar_fail(err, CELLAR_EFORMAT, "column '%s' of '%s' cannot be opened: %s",
+                           c->name, node_path(f->group), e2.detail);
     parse_ctx p = {f->group, f->n_rows};
     frame_column tmp;
     int rc = parse_column(&p, c->name, cn, &tmp, err);
@@ -1030,6 +1036,13 @@ int mudata_open(node *root, arena *a, mudata_info *out, cellar_error *err)
     rc = node_children(mod, a, &kids, &nk, err);
     if (rc)
         return rc;
+    size_t ng = 0;
+    for (size_t i = 0; i < nk; i++) {
+        node *m = node_child_opt(mod, kids[i]);
+        if (m && node_get_info(m)->type == NODE_GROUP)
+            kids[ng++] = kids[i];
+    }
+    nk = ng;
     out->mods = kids;
     out->n_mods = nk;
     /* mudata's reader: mod-order only when every listed name exists, and

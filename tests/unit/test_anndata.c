@@ -741,7 +741,9 @@ void test_mudata_open(void)
     CHECK_STR_EQ(mi.mods[0], "rna");
     CHECK_STR_EQ(mi.mods[1], "prot");
     node *mod = node_child_opt(root, "mod");
-    /* a listed name that does not exist: group order */
+    /* a listed name that does not exist: group order (groups only) */
+    const uint8_t one = 1;
+    mem_array1(mod, "stray", DT_BOOL, 1, &one);
     mem_attrs(mod, "{\"mod-order\": [\"rna\", \"atac\"]}");
     CHECK_EQ(mudata_open(root, a, &mi, &err), 0);
     CHECK_EQ(mi.has_mod_order, 0);
