@@ -1,0 +1,1160 @@
+/* TreeData trees from JSON text or zarr columns: see storage/tree_json.h. */
+#include "storage/tree_json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yajl/yajl_gen.h>
+#include <yajl/yajl_parse.h>
+
+#include "common/arena.h"
+
+static const char empty_attrs[] = "{}";
+
+enum { POOL_CHUNK = 64 * 1024, ERR_ID_MAX = 120 };
+
+static int fail_nomem(cellar_error *err)
+{
+    return cellar_fail(err, CELLAR_ENOMEM, "out of memory while reading a tree");
+}
+
+/* ---- the bare-token filter in front of yajl -------------------------------
+ * Python's json.dumps writes NaN, Infinity and -Infinity, which yajl (and
+ * JSON) reject.  The filter tracks strings, hands yajl the input unchanged
+ * except that those three bare tokens become null, and bounds the length of
+ * every token so that yajl never buffers more than that. */
+
+enum { F_OUT, F_STR, F_ESC, F_BARE };
+
+typedef struct jfilter {
+    yajl_handle h;
+    int state;
+    size_t str_len;
+    char tok[TREE_JSON_MAX_BARE + 1];
+    size_t tok_len;
+    unsigned long long pos;  /* input bytes before the current piece */
+    int rc;                  /* first failure, sticky */
+    int *cb_rc;              /* where the callbacks record their failure */
+    cellar_error *err;
+} jfilter;
+
+static int is_bare(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '+' || c == '.';
+}
+
+static int jf_yajl(jfilter *f, const char *p, size_t n, unsigned long long at)
+{
+    if (n == 0 || f->rc < 0)
+        return f->rc;
+    yajl_status st = yajl_parse(f->h, (const unsigned char *)p, n);
+    if (st == yajl_status_ok)
+        return 0;
+    if (st == yajl_status_client_canceled) {
+        f->rc = *f->cb_rc < 0 ? *f->cb_rc
+                              : cellar_fail(f->err, CELLAR_EINTERNAL, "tree JSON parse stopped");
+        return f->rc;
+    }
+    unsigned char *msg = yajl_get_error(f->h, 0, NULL, 0);
+    f->rc = cellar_fail(f->err, CELLAR_EFORMAT, "invalid tree JSON near byte %llu: %s",
+                        at + (unsigned long long)yajl_get_bytes_consumed(f->h),
+                        msg ? (const char *)msg : "parse error");
+    if (msg)
+        yajl_free_error(f->h, msg);
+    return f->rc;
+}
+
+static int jf_emit_tok(jfilter *f, unsigned long long at)
+{
+    static const char *const nonfinite[] = {"NaN", "Infinity", "-Infinity"};
+    for (size_t i = 0; i < sizeof nonfinite / sizeof nonfinite[0]; i++)
+        if (f->tok_len == strlen(nonfinite[i]) && memcmp(f->tok, nonfinite[i], f->tok_len) == 0)
+            return jf_yajl(f, "null", 4, at);
+    return jf_yajl(f, f->tok, f->tok_len, at);
+}
+
+static int jf_feed(jfilter *f, const char *p, size_t n)
+{
+    size_t run = 0;
+    for (size_t i = 0; i < n && f->rc == 0; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (f->state == F_STR) {
+            if (c == '\\')
+                f->state = F_ESC;
+            else if (c == '"')
+                f->state = F_OUT;
+            else if (++f->str_len > TREE_JSON_MAX_STRING)
+                f->rc = cellar_fail(f->err, CELLAR_EFORMAT,
+                                    "tree JSON has a string longer than %u bytes near byte %llu",
+                                    TREE_JSON_MAX_STRING, f->pos + i);
+            continue;
+        }
+        if (f->state == F_ESC) {
+            f->state = F_STR;
+            f->str_len++;
+            continue;
+        }
+        if (f->state == F_BARE) {
+            if (is_bare(c)) {
+                if (f->tok_len == TREE_JSON_MAX_BARE)
+                    f->rc = cellar_fail(f->err, CELLAR_EFORMAT,
+                                        "invalid tree JSON near byte %llu: a bare token longer "
+                                        "than %d bytes",
+                                        f->pos + i, TREE_JSON_MAX_BARE);
+                else
+                    f->tok[f->tok_len++] = (char)c;
+                continue;
+            }
+            if (jf_emit_tok(f, f->pos + i) < 0)
+                break;
+            f->state = F_OUT;
+            run = i;
+        }
+        if (c == '"') {
+            f->state = F_STR;
+            f->str_len = 0;
+        } else if (is_bare(c)) {
+            if (jf_yajl(f, p + run, i - run, f->pos + run) < 0)
+                break;
+            f->state = F_BARE;
+            f->tok_len = 0;
+            f->tok[f->tok_len++] = (char)c;
+        }
+    }
+    if (f->rc == 0 && f->state != F_BARE)
+        jf_yajl(f, p + run, n - run, f->pos + run);
+    f->pos += n;
+    return f->rc;
+}
+
+static int jf_finish(jfilter *f)
+{
+    if (f->rc == 0 && f->state == F_BARE) {
+        f->state = F_OUT;
+        jf_emit_tok(f, f->pos);
+    }
+    if (f->rc < 0)
+        return f->rc;
+    yajl_status st = yajl_complete_parse(f->h);
+    if (st == yajl_status_ok)
+        return 0;
+    if (st == yajl_status_client_canceled) {
+        f->rc = *f->cb_rc < 0 ? *f->cb_rc
+                              : cellar_fail(f->err, CELLAR_EINTERNAL, "tree JSON parse stopped");
+        return f->rc;
+    }
+    f->rc = cellar_fail(f->err, CELLAR_EFORMAT, "invalid tree JSON: it ends too early (%llu bytes)",
+                        f->pos);
+    return f->rc;
+}
+
+/* ---- capture: one attribute value re-generated compact -------------------- */
+
+typedef struct capture {
+    yajl_gen g;
+    int depth;           /* open containers of the value being captured */
+    int require_object;  /* a value at depth 0 must be an object */
+    int key_is_length;   /* the last key at depth 1 was "length" */
+    double length;       /* numeric top-level "length", else NAN */
+    int rc;
+    cellar_error *err;
+    const char *what;    /* for messages: "node 'x'", set by the caller */
+} capture;
+
+static int cap_gen(capture *c, yajl_gen_status st)
+{
+    if (st == yajl_gen_status_ok)
+        return 1;
+    c->rc = cellar_fail(c->err, CELLAR_EINTERNAL, "re-encoding the attributes of %s failed (%d)",
+                        c->what, (int)st);
+    return 0;
+}
+
+static int cap_scalar_ok(capture *c)
+{
+    if (c->depth == 0 && c->require_object) {
+        c->rc = cellar_fail(c->err, CELLAR_EFORMAT, "the attributes of %s are not a JSON object",
+                            c->what);
+        return 0;
+    }
+    return 1;
+}
+
+static int cap_null(void *ctx)
+{
+    capture *c = ctx;
+    return cap_scalar_ok(c) && cap_gen(c, yajl_gen_null(c->g));
+}
+
+static int cap_bool(void *ctx, int v)
+{
+    capture *c = ctx;
+    return cap_scalar_ok(c) && cap_gen(c, yajl_gen_bool(c->g, v));
+}
+
+static int cap_number(void *ctx, const char *s, size_t n)
+{
+    capture *c = ctx;
+    if (!cap_scalar_ok(c))
+        return 0;
+    if (c->depth == 1 && c->key_is_length) {
+        char buf[TREE_JSON_MAX_BARE + 1];
+        size_t k = n < TREE_JSON_MAX_BARE ? n : TREE_JSON_MAX_BARE;
+        memcpy(buf, s, k);
+        buf[k] = '\0';
+        c->length = strtod(buf, NULL);
+    }
+    return cap_gen(c, yajl_gen_number(c->g, s, n));
+}
+
+static int cap_string(void *ctx, const unsigned char *s, size_t n)
+{
+    capture *c = ctx;
+    return cap_scalar_ok(c) && cap_gen(c, yajl_gen_string(c->g, s, n));
+}
+
+static int cap_open(capture *c, int is_map)
+{
+    if (c->depth == 0 && c->require_object && !is_map)
+        return cap_scalar_ok(c);
+    if (c->depth >= TREE_JSON_MAX_ATTR_DEPTH) {
+        c->rc = cellar_fail(c->err, CELLAR_EFORMAT,
+                            "the attributes of %s nest deeper than %d levels", c->what,
+                            TREE_JSON_MAX_ATTR_DEPTH);
+        return 0;
+    }
+    c->depth++;
+    return cap_gen(c, is_map ? yajl_gen_map_open(c->g) : yajl_gen_array_open(c->g));
+}
+
+static int cap_start_map(void *ctx) { return cap_open(ctx, 1); }
+static int cap_start_array(void *ctx) { return cap_open(ctx, 0); }
+
+static int cap_map_key(void *ctx, const unsigned char *s, size_t n)
+{
+    capture *c = ctx;
+    if (c->depth == 1) {
+        c->key_is_length = n == 6 && memcmp(s, "length", 6) == 0;
+        if (c->key_is_length)
+            c->length = NAN;
+    }
+    return cap_gen(c, yajl_gen_string(c->g, s, n));
+}
+
+static int cap_end_map(void *ctx)
+{
+    capture *c = ctx;
+    c->depth--;
+    return cap_gen(c, yajl_gen_map_close(c->g));
+}
+
+static int cap_end_array(void *ctx)
+{
+    capture *c = ctx;
+    c->depth--;
+    return cap_gen(c, yajl_gen_array_close(c->g));
+}
+
+static const yajl_callbacks cap_callbacks = {
+    cap_null,   cap_bool,      NULL,        NULL,        cap_number,      cap_string,
+    cap_start_map, cap_map_key, cap_end_map, cap_start_array, cap_end_array,
+};
+
+static int cap_init(capture *c)
+{
+    memset(c, 0, sizeof *c);
+    c->g = yajl_gen_alloc(NULL);
+    c->length = NAN;
+    c->what = "a tree node";
+    return c->g ? 0 : -1;
+}
+
+static void cap_destroy(capture *c)
+{
+    if (c->g)
+        yajl_gen_free(c->g);
+    c->g = NULL;
+}
+
+static void cap_begin(capture *c, cellar_error *err, const char *what)
+{
+    yajl_gen_clear(c->g);
+    yajl_gen_reset(c->g, NULL);
+    c->depth = 0;
+    c->key_is_length = 0;
+    c->length = NAN;
+    c->rc = 0;
+    c->err = err;
+    c->what = what;
+}
+
+static void cap_result(capture *c, const char **text, size_t *len)
+{
+    const unsigned char *p = NULL;
+    size_t n = 0;
+    yajl_gen_get_buf(c->g, &p, &n);
+    *text = (const char *)p;
+    *len = n;
+}
+
+/* Prefixes the detail already in err with `prefix: `. */
+static void err_prefix(cellar_error *err, const char *prefix)
+{
+    if (!err || !err->code)
+        return;
+    char detail[CELLAR_ERROR_DETAIL_MAX];
+    int code = err->code;
+    snprintf(detail, sizeof detail, "%s", err->detail);
+    cellar_error_clear(err);
+    cellar_fail(err, code, "%s: %s", prefix, detail);
+}
+
+/* Parses one JSON text into the capture (as a value at the capture's depth). */
+static int cap_parse_text(capture *c, const char *text, size_t len)
+{
+    int rc = 0;
+    jfilter f = {0};
+    f.err = c->err;
+    f.cb_rc = &c->rc;
+    f.h = yajl_alloc(&cap_callbacks, NULL, c);
+    if (!f.h)
+        return fail_nomem(c->err);
+    if ((rc = jf_feed(&f, text, len)) == 0)
+        rc = jf_finish(&f);
+    yajl_free(f.h);
+    if (rc < 0 && c->rc == 0) {
+        /* The text itself is bad: the callbacks' messages name c->what already. */
+        c->rc = rc;
+        err_prefix(c->err, c->what);
+    }
+    return rc;
+}
+
+/* ---- the builder ----------------------------------------------------------- */
+
+struct tree_builder {
+    arena *a;              /* the future index's arena */
+    char *what;
+    char *pool;            /* string pool chunk in `a` */
+    size_t pool_left;
+    int32_t n, ncap, n_decl;
+    const char **id;
+    const char **attrs;
+    uint32_t *hash;
+    int32_t *decl;         /* declaration number, -1 until declared */
+    int32_t *slot;
+    size_t slot_cap;
+    int32_t ne, ecap;
+    int32_t *src, *dst;
+    const char **eattrs;
+    double *elen;
+    capture cap;
+    char msg[ERR_ID_MAX * 4 + 64];
+};
+
+static uint32_t bhash(const char *s, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 16777619u;
+    }
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    return h;
+}
+
+tree_builder *tree_builder_new(const char *what)
+{
+    tree_builder *b = calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->a = arena_new();
+    b->what = strdup(what ? what : "tree");
+    if (!b->a || !b->what || cap_init(&b->cap) < 0) {
+        tree_builder_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void tree_builder_free(tree_builder *b)
+{
+    if (!b)
+        return;
+    arena_free(b->a);
+    free(b->what);
+    free(b->id);
+    free(b->attrs);
+    free(b->hash);
+    free(b->decl);
+    free(b->slot);
+    free(b->src);
+    free(b->dst);
+    free(b->eattrs);
+    free(b->elen);
+    cap_destroy(&b->cap);
+    free(b);
+}
+
+static const char *pool_dup(tree_builder *b, const char *s, size_t n)
+{
+    if (n == 2 && s[0] == '{' && s[1] == '}')
+        return empty_attrs;
+    if (n + 1 > b->pool_left) {
+        if (n + 1 > POOL_CHUNK / 4) {
+            char *big = arena_alloc(b->a, n + 1);
+            if (!big)
+                return NULL;
+            memcpy(big, s, n);
+            big[n] = '\0';
+            return big;
+        }
+        b->pool = arena_alloc(b->a, POOL_CHUNK);
+        if (!b->pool)
+            return NULL;
+        b->pool_left = POOL_CHUNK;
+    }
+    char *p = b->pool;
+    memcpy(p, s, n);
+    p[n] = '\0';
+    b->pool += n + 1;
+    b->pool_left -= n + 1;
+    return p;
+}
+
+/* A short printable form of an id for messages. */
+static const char *short_id(char *buf, size_t size, const char *s, size_t n)
+{
+    size_t k = n < size - 4 ? n : size - 4;
+    memcpy(buf, s, k);
+    strcpy(buf + k, n > k ? "..." : "");
+    for (size_t i = 0; i < k; i++)
+        if ((unsigned char)buf[i] < 0x20)
+            buf[i] = '?';
+    return buf;
+}
+
+static int grow_nodes(tree_builder *b)
+{
+    if (b->n == INT32_MAX - 1)
+        return -1;
+    int32_t cap = b->ncap ? (b->ncap > INT32_MAX / 2 ? INT32_MAX - 1 : b->ncap * 2) : 64;
+    const char **id = realloc(b->id, (size_t)cap * sizeof *id);
+    if (id)
+        b->id = id;
+    const char **attrs = id ? realloc(b->attrs, (size_t)cap * sizeof *attrs) : NULL;
+    if (attrs)
+        b->attrs = attrs;
+    uint32_t *hash = attrs ? realloc(b->hash, (size_t)cap * sizeof *hash) : NULL;
+    if (hash)
+        b->hash = hash;
+    int32_t *decl = hash ? realloc(b->decl, (size_t)cap * sizeof *decl) : NULL;
+    if (!decl)
+        return -1;
+    b->decl = decl;
+    b->ncap = cap;
+    return 0;
+}
+
+static int rehash(tree_builder *b)
+{
+    size_t cap = b->slot_cap ? b->slot_cap * 2 : 128;
+    int32_t *slot = malloc(cap * sizeof *slot);
+    if (!slot)
+        return -1;
+    memset(slot, 0xff, cap * sizeof *slot);
+    for (int32_t v = 0; v < b->n; v++) {
+        size_t i = b->hash[v] & (cap - 1);
+        while (slot[i] >= 0)
+            i = (i + 1) & (cap - 1);
+        slot[i] = v;
+    }
+    free(b->slot);
+    b->slot = slot;
+    b->slot_cap = cap;
+    return 0;
+}
+
+/* The node number of id, created undeclared when new; -1 on failure. */
+static int32_t intern(tree_builder *b, const char *id, size_t len, cellar_error *err)
+{
+    char sid[ERR_ID_MAX];
+    if (memchr(id, '\0', len)) {
+        cellar_fail(err, CELLAR_EFORMAT, "%s: node id '%s' contains a NUL character", b->what,
+                    short_id(sid, sizeof sid, id, strlen(id)));
+        return -1;
+    }
+    if ((size_t)b->n * 2 >= b->slot_cap && rehash(b) < 0) {
+        fail_nomem(err);
+        return -1;
+    }
+    uint32_t h = bhash(id, len);
+    size_t i = h & (b->slot_cap - 1);
+    for (; b->slot[i] >= 0; i = (i + 1) & (b->slot_cap - 1)) {
+        int32_t v = b->slot[i];
+        if (b->hash[v] == h && strncmp(b->id[v], id, len) == 0 && b->id[v][len] == '\0')
+            return v;
+    }
+    if (b->n == b->ncap && grow_nodes(b) < 0) {
+        cellar_fail(err, CELLAR_ENOMEM, "%s: out of memory at %d nodes", b->what, (int)b->n);
+        return -1;
+    }
+    int32_t v = b->n;
+    b->id[v] = pool_dup(b, id, len);
+    if (!b->id[v]) {
+        fail_nomem(err);
+        return -1;
+    }
+    b->attrs[v] = empty_attrs;
+    b->hash[v] = h;
+    b->decl[v] = -1;
+    b->slot[i] = v;
+    b->n++;
+    return v;
+}
+
+static int add_node_raw(tree_builder *b, const char *id, size_t len, const char *attrs,
+                        size_t attrs_len, cellar_error *err)
+{
+    char sid[ERR_ID_MAX];
+    int32_t v = intern(b, id, len, err);
+    if (v < 0)
+        return err && err->code ? err->code : CELLAR_EFORMAT;
+    if (b->decl[v] >= 0)
+        return cellar_fail(err, CELLAR_EFORMAT, "%s: node '%s' is listed twice", b->what,
+                           short_id(sid, sizeof sid, id, len));
+    if (attrs && !(b->attrs[v] = pool_dup(b, attrs, attrs_len)))
+        return fail_nomem(err);
+    b->decl[v] = b->n_decl++;
+    return 0;
+}
+
+static int grow_edges(tree_builder *b)
+{
+    if (b->ne == INT32_MAX - 1)
+        return -1;
+    int32_t cap = b->ecap ? (b->ecap > INT32_MAX / 2 ? INT32_MAX - 1 : b->ecap * 2) : 64;
+    int32_t *src = realloc(b->src, (size_t)cap * sizeof *src);
+    if (src)
+        b->src = src;
+    int32_t *dst = src ? realloc(b->dst, (size_t)cap * sizeof *dst) : NULL;
+    if (dst)
+        b->dst = dst;
+    const char **ea = dst ? realloc(b->eattrs, (size_t)cap * sizeof *ea) : NULL;
+    if (ea)
+        b->eattrs = ea;
+    double *len = ea ? realloc(b->elen, (size_t)cap * sizeof *len) : NULL;
+    if (!len)
+        return -1;
+    b->elen = len;
+    b->ecap = cap;
+    return 0;
+}
+
+static int add_edge_raw(tree_builder *b, const char *s, size_t slen, const char *d, size_t dlen,
+                        const char *attrs, size_t attrs_len, double length, cellar_error *err)
+{
+    int32_t u = intern(b, s, slen, err);
+    int32_t v = u < 0 ? -1 : intern(b, d, dlen, err);
+    if (v < 0)
+        return err && err->code ? err->code : CELLAR_EFORMAT;
+    if (b->ne == b->ecap && grow_edges(b) < 0)
+        return cellar_fail(err, CELLAR_ENOMEM, "%s: out of memory at %d edges", b->what,
+                           (int)b->ne);
+    const char *text = attrs ? pool_dup(b, attrs, attrs_len) : empty_attrs;
+    if (!text)
+        return fail_nomem(err);
+    b->src[b->ne] = u;
+    b->dst[b->ne] = v;
+    b->eattrs[b->ne] = text;
+    b->elen[b->ne] = length;
+    b->ne++;
+    return 0;
+}
+
+/* Parses attrs_json (an object) into the builder's capture. */
+static int normalize_attrs(tree_builder *b, const char *attrs_json, const char *what,
+                           cellar_error *err)
+{
+    cap_begin(&b->cap, err, what);
+    b->cap.require_object = 1;
+    int rc = cap_parse_text(&b->cap, attrs_json, strlen(attrs_json));
+    b->cap.require_object = 0;
+    return rc;
+}
+
+int tree_builder_add_node(tree_builder *b, const char *id, const char *attrs_json,
+                          cellar_error *err)
+{
+    if (!attrs_json)
+        return add_node_raw(b, id, strlen(id), NULL, 0, err);
+    char sid[ERR_ID_MAX];
+    snprintf(b->msg, sizeof b->msg, "node '%s' of %s",
+             short_id(sid, sizeof sid, id, strlen(id)), b->what);
+    int rc = normalize_attrs(b, attrs_json, b->msg, err);
+    if (rc < 0)
+        return rc;
+    const char *text;
+    size_t len;
+    cap_result(&b->cap, &text, &len);
+    return add_node_raw(b, id, strlen(id), text, len, err);
+}
+
+int tree_builder_add_edge(tree_builder *b, const char *src, const char *dst,
+                          const char *attrs_json, cellar_error *err)
+{
+    if (!attrs_json)
+        return add_edge_raw(b, src, strlen(src), dst, strlen(dst), NULL, 0, NAN, err);
+    char s1[ERR_ID_MAX], s2[ERR_ID_MAX];
+    snprintf(b->msg, sizeof b->msg, "edge '%s' -> '%s' of %s",
+             short_id(s1, sizeof s1, src, strlen(src)), short_id(s2, sizeof s2, dst, strlen(dst)),
+             b->what);
+    int rc = normalize_attrs(b, attrs_json, b->msg, err);
+    if (rc < 0)
+        return rc;
+    const char *text;
+    size_t len;
+    cap_result(&b->cap, &text, &len);
+    return add_edge_raw(b, src, strlen(src), dst, strlen(dst), text, len, b->cap.length, err);
+}
+
+/* Shortest text that reads back as v, always with a '.' or exponent. */
+static size_t format_double(char *buf, size_t size, double v)
+{
+    int n = 0;
+    for (int prec = 15; prec <= 17; prec++) {
+        n = snprintf(buf, size, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    if (strspn(buf, "-0123456789") == (size_t)n && (size_t)n + 2 < size) {
+        memcpy(buf + n, ".0", 3);
+        n += 2;
+    }
+    return (size_t)n;
+}
+
+static int column_is_absent(const tree_attr_column *col, int64_t row)
+{
+    if (col->kind != TREE_COLUMN_JSON)
+        return 0;
+    const char *s = ((const char *const *)col->values)[row];
+    return !s || !*s;
+}
+
+static int cap_column_value(capture *c, const tree_attr_column *col, int64_t row)
+{
+    char buf[40];
+    switch (col->kind) {
+    case TREE_COLUMN_INT64: {
+        long long v = (long long)((const int64_t *)col->values)[row];
+        int n = snprintf(buf, sizeof buf, "%lld", v);
+        return cap_number(c, buf, (size_t)n) ? 0 : -1;
+    }
+    case TREE_COLUMN_FLOAT64: {
+        double v = ((const double *)col->values)[row];
+        if (!isfinite(v))
+            return cap_null(c) ? 0 : -1;
+        size_t n = format_double(buf, sizeof buf, v);
+        return cap_number(c, buf, n) ? 0 : -1;
+    }
+    case TREE_COLUMN_BOOL:
+        return cap_bool(c, ((const uint8_t *)col->values)[row] != 0) ? 0 : -1;
+    case TREE_COLUMN_JSON: {
+        const char *s = ((const char *const *)col->values)[row];
+        return cap_parse_text(c, s, strlen(s));
+    }
+    }
+    c->rc = cellar_fail(c->err, CELLAR_EINVAL, "attribute column '%s' has an unknown kind",
+                        col->name);
+    return -1;
+}
+
+/* Builds the attribute object of one row from the columns into the capture. */
+static int compose_row(tree_builder *b, int64_t row, size_t n_cols,
+                       const tree_attr_column *cols, const char *what, cellar_error *err)
+{
+    capture *c = &b->cap;
+    cap_begin(c, err, what);
+    if (!cap_start_map(c))
+        return c->rc;
+    for (size_t k = 0; k < n_cols; k++) {
+        if (column_is_absent(&cols[k], row))
+            continue;
+        const char *name = cols[k].name ? cols[k].name : "";
+        if (!cap_map_key(c, (const unsigned char *)name, strlen(name)))
+            return c->rc;
+        if (cap_column_value(c, &cols[k], row) < 0) {
+            char prefix[ERR_ID_MAX + 32];
+            snprintf(prefix, sizeof prefix, "attribute column '%.*s'", ERR_ID_MAX, name);
+            err_prefix(err, prefix);
+            return c->rc < 0 ? c->rc : CELLAR_EFORMAT;
+        }
+    }
+    return cap_end_map(c) ? 0 : c->rc;
+}
+
+int tree_builder_add_nodes(tree_builder *b, int64_t n, const char *const *ids, size_t n_cols,
+                           const tree_attr_column *cols, cellar_error *err)
+{
+    char sid[ERR_ID_MAX];
+    for (int64_t i = 0; i < n; i++) {
+        const char *id = ids[i] ? ids[i] : "";
+        snprintf(b->msg, sizeof b->msg, "node '%s' of %s",
+                 short_id(sid, sizeof sid, id, strlen(id)), b->what);
+        int rc = compose_row(b, i, n_cols, cols, b->msg, err);
+        if (rc < 0)
+            return rc;
+        const char *text;
+        size_t len;
+        cap_result(&b->cap, &text, &len);
+        if ((rc = add_node_raw(b, id, strlen(id), text, len, err)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int tree_builder_add_edges(tree_builder *b, int64_t n, const char *const *src,
+                           const char *const *dst, size_t n_cols,
+                           const tree_attr_column *cols, cellar_error *err)
+{
+    char s1[ERR_ID_MAX], s2[ERR_ID_MAX];
+    for (int64_t i = 0; i < n; i++) {
+        const char *s = src[i] ? src[i] : "", *d = dst[i] ? dst[i] : "";
+        snprintf(b->msg, sizeof b->msg, "edge '%s' -> '%s' of %s",
+                 short_id(s1, sizeof s1, s, strlen(s)), short_id(s2, sizeof s2, d, strlen(d)),
+                 b->what);
+        int rc = compose_row(b, i, n_cols, cols, b->msg, err);
+        if (rc < 0)
+            return rc;
+        const char *text;
+        size_t len;
+        cap_result(&b->cap, &text, &len);
+        rc = add_edge_raw(b, s, strlen(s), d, strlen(d), text, len, b->cap.length, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Renumbers nodes in declaration order and hands everything to the index. */
+static int builder_build(tree_builder *b, tree_index **out, cellar_error *err)
+{
+    int rc = 0;
+    const char **ids = malloc((size_t)(b->n > 0 ? b->n : 1) * sizeof *ids);
+    const char **attrs = malloc((size_t)(b->n > 0 ? b->n : 1) * sizeof *attrs);
+    if (!ids || !attrs) {
+        rc = fail_nomem(err);
+        goto done;
+    }
+    for (int32_t v = 0; v < b->n; v++) {
+        ids[b->decl[v]] = b->id[v];
+        attrs[b->decl[v]] = b->attrs[v];
+    }
+    for (int32_t e = 0; e < b->ne; e++) {
+        b->src[e] = b->decl[b->src[e]];
+        b->dst[e] = b->decl[b->dst[e]];
+    }
+    arena *a = b->a;
+    b->a = NULL;
+    rc = tree_index_build(a, b->n, ids, attrs, b->ne, b->src, b->dst, b->eattrs, b->elen, out,
+                          err);
+    if (rc < 0 && err && err->code == rc)
+        err_prefix(err, b->what);
+done:
+    free(ids);
+    free(attrs);
+    return rc;
+}
+
+int tree_builder_finish(tree_builder *b, tree_index **out, cellar_error *err)
+{
+    int rc = 0;
+    *out = NULL;
+    if (!b)
+        return fail_nomem(err);
+    for (int32_t v = 0; v < b->n; v++) {
+        if (b->decl[v] < 0) {
+            char sid[ERR_ID_MAX];
+            rc = cellar_fail(err, CELLAR_EFORMAT,
+                             "%s: node '%s' appears in an edge but is not listed in nodes",
+                             b->what, short_id(sid, sizeof sid, b->id[v], strlen(b->id[v])));
+            goto done;
+        }
+    }
+    rc = builder_build(b, out, err);
+done:
+    tree_builder_free(b);
+    return rc;
+}
+
+/* ---- the streaming reader ------------------------------------------------- */
+
+enum { SEC_NONE, SEC_NODES, SEC_EDGES, SEC_SKIP };
+
+typedef struct keybuf {
+    char *s;
+    size_t len, cap;
+} keybuf;
+
+struct tree_json_reader {
+    jfilter f;
+    capture *cap;          /* the builder's capture while capturing, else NULL */
+    int depth;             /* open containers of the structure (0 .. 4) */
+    int section;           /* of the current tree, at depth >= 2 */
+    int skip;              /* open containers of a value being skipped */
+    int pending_skip;      /* the next value at depth 2 is skipped */
+    int top_done;
+    int rc;
+    keybuf tree_key, k3, k4;
+    char what[ERR_ID_MAX + 16];
+    tree_builder *b;
+    tree_forest *forest;
+    cellar_error *err;
+};
+
+static int key_set(keybuf *k, const unsigned char *s, size_t n)
+{
+    if (n + 1 > k->cap) {
+        size_t cap = n + 1 < 64 ? 64 : n + 1;
+        char *p = realloc(k->s, cap);
+        if (!p)
+            return -1;
+        k->s = p;
+        k->cap = cap;
+    }
+    memcpy(k->s, s, n);
+    k->s[n] = '\0';
+    k->len = n;
+    return 0;
+}
+
+static int rd_fail(tree_json_reader *r, int code, const char *what)
+{
+    char sid[ERR_ID_MAX];
+    r->rc = cellar_fail(r->err, code, "tree '%s': %s",
+                        short_id(sid, sizeof sid, r->tree_key.s ? r->tree_key.s : "",
+                                 r->tree_key.len),
+                        what);
+    return 0;
+}
+
+/* A value where the structure needs an object. */
+static int rd_not_object(tree_json_reader *r)
+{
+    char buf[ERR_ID_MAX * 2 + 64], s1[ERR_ID_MAX], s2[ERR_ID_MAX];
+    switch (r->depth) {
+    case 0:
+        r->rc = cellar_fail(r->err, CELLAR_EFORMAT,
+                            "tree JSON is not an object of trees ({key: {nodes, edges}})");
+        return 0;
+    case 1:
+        return rd_fail(r, CELLAR_EFORMAT, "the tree is not a JSON object");
+    case 2:
+        return rd_fail(r, CELLAR_EFORMAT,
+                       r->section == SEC_NODES ? "'nodes' is not a JSON object"
+                                               : "'edges' is not a JSON object");
+    case 3:
+        snprintf(buf, sizeof buf,
+                 r->section == SEC_NODES ? "the attributes of node '%s' are not a JSON object"
+                                         : "the edges of node '%s' are not a JSON object",
+                 short_id(s1, sizeof s1, r->k3.s, r->k3.len));
+        return rd_fail(r, CELLAR_EFORMAT, buf);
+    default:
+        snprintf(buf, sizeof buf, "the attributes of edge '%s' -> '%s' are not a JSON object",
+                 short_id(s1, sizeof s1, r->k3.s, r->k3.len),
+                 short_id(s2, sizeof s2, r->k4.s, r->k4.len));
+        return rd_fail(r, CELLAR_EFORMAT, buf);
+    }
+}
+
+/* Called for every value start; returns 1 when the value is being skipped. */
+static int rd_skipping_scalar(tree_json_reader *r)
+{
+    if (r->skip > 0)
+        return 1;
+    if (r->pending_skip) {
+        r->pending_skip = 0;
+        return 1;
+    }
+    return 0;
+}
+
+static int rd_capture_done(tree_json_reader *r)
+{
+    const char *text;
+    size_t len;
+    capture *c = r->cap;
+    r->cap = NULL;
+    cap_result(c, &text, &len);
+    int rc = r->section == SEC_NODES
+                 ? add_node_raw(r->b, r->k3.s, r->k3.len, text, len, r->err)
+                 : add_edge_raw(r->b, r->k3.s, r->k3.len, r->k4.s, r->k4.len, text, len,
+                                c->length, r->err);
+    if (rc < 0) {
+        r->rc = rc;
+        return 0;
+    }
+    return 1;
+}
+
+static int rd_null(void *ctx)
+{
+    tree_json_reader *r = ctx;
+    if (r->cap)
+        return cap_null(r->cap) ? 1 : (r->rc = r->cap->rc, 0);
+    return rd_skipping_scalar(r) ? 1 : rd_not_object(r);
+}
+
+static int rd_bool(void *ctx, int v)
+{
+    tree_json_reader *r = ctx;
+    if (r->cap)
+        return cap_bool(r->cap, v) ? 1 : (r->rc = r->cap->rc, 0);
+    return rd_skipping_scalar(r) ? 1 : rd_not_object(r);
+}
+
+static int rd_number(void *ctx, const char *s, size_t n)
+{
+    tree_json_reader *r = ctx;
+    if (r->cap)
+        return cap_number(r->cap, s, n) ? 1 : (r->rc = r->cap->rc, 0);
+    return rd_skipping_scalar(r) ? 1 : rd_not_object(r);
+}
+
+static int rd_string(void *ctx, const unsigned char *s, size_t n)
+{
+    tree_json_reader *r = ctx;
+    if (r->cap)
+        return cap_string(r->cap, s, n) ? 1 : (r->rc = r->cap->rc, 0);
+    return rd_skipping_scalar(r) ? 1 : rd_not_object(r);
+}
+
+static int rd_open_skip(tree_json_reader *r)
+{
+    if (r->skip >= TREE_JSON_MAX_ATTR_DEPTH)
+        return rd_fail(r, CELLAR_EFORMAT, "a skipped member nests too deep");
+    r->skip++;
+    return 1;
+}
+
+static int rd_begin_tree(tree_json_reader *r)
+{
+    char sid[ERR_ID_MAX];
+    snprintf(r->what, sizeof r->what, "tree '%s'",
+             short_id(sid, sizeof sid, r->tree_key.s, r->tree_key.len));
+    r->b = tree_builder_new(r->what);
+    if (!r->b) {
+        r->rc = fail_nomem(r->err);
+        return 0;
+    }
+    r->depth = 2;
+    r->section = SEC_NONE;
+    return 1;
+}
+
+static int rd_begin_capture(tree_json_reader *r)
+{
+    char s1[ERR_ID_MAX], s2[ERR_ID_MAX];
+    if (r->section == SEC_NODES)
+        snprintf(r->b->msg, sizeof r->b->msg, "node '%s' of %s",
+                 short_id(s1, sizeof s1, r->k3.s, r->k3.len), r->what);
+    else
+        snprintf(r->b->msg, sizeof r->b->msg, "edge '%s' -> '%s' of %s",
+                 short_id(s1, sizeof s1, r->k3.s, r->k3.len),
+                 short_id(s2, sizeof s2, r->k4.s, r->k4.len), r->what);
+    r->cap = &r->b->cap;
+    cap_begin(r->cap, r->err, r->b->msg);
+    return cap_start_map(r->cap) ? 1 : (r->rc = r->cap->rc, 0);
+}
+
+static int rd_start_map(void *ctx)
+{
+    tree_json_reader *r = ctx;
+    if (r->cap)
+        return cap_start_map(r->cap) ? 1 : (r->rc = r->cap->rc, 0);
+    if (r->skip > 0 || r->pending_skip) {
+        r->pending_skip = 0;
+        return rd_open_skip(r);
+    }
+    switch (r->depth) {
+    case 0:
+        r->depth = 1;
+        return 1;
+    case 1:
+        return rd_begin_tree(r);
+    case 2:
+        r->depth = 3;
+        return 1;
+    case 3:
+        if (r->section == SEC_NODES)
+            return rd_begin_capture(r);
+        r->depth = 4;
+        return 1;
+    default:
+        return rd_begin_capture(r);
+    }
+}
+
+static int rd_start_array(void *ctx)
+{
+    tree_json_reader *r = ctx;
+    if (r->cap)
+        return cap_start_array(r->cap) ? 1 : (r->rc = r->cap->rc, 0);
+    if (r->skip > 0 || r->pending_skip) {
+        r->pending_skip = 0;
+        return rd_open_skip(r);
+    }
+    return rd_not_object(r);
+}
+
+static int rd_map_key(void *ctx, const unsigned char *s, size_t n)
+{
+    tree_json_reader *r = ctx;
+    if (r->cap)
+        return cap_map_key(r->cap, s, n) ? 1 : (r->rc = r->cap->rc, 0);
+    if (r->skip > 0)
+        return 1;
+    keybuf *k = r->depth == 1 ? &r->tree_key : r->depth == 3 ? &r->k3 : &r->k4;
+    if (r->depth == 2) {
+        r->section = n == 5 && memcmp(s, "nodes", 5) == 0   ? SEC_NODES
+                     : n == 5 && memcmp(s, "edges", 5) == 0 ? SEC_EDGES
+                                                            : SEC_SKIP;
+        r->pending_skip = r->section == SEC_SKIP;
+        return 1;
+    }
+    if (key_set(k, s, n) < 0) {
+        r->rc = fail_nomem(r->err);
+        return 0;
+    }
+    return 1;
+}
+
+static int rd_end_tree(tree_json_reader *r)
+{
+    tree_index *t = NULL;
+    tree_builder *b = r->b;
+    r->b = NULL;
+    int rc = tree_builder_finish(b, &t, r->err);
+    if (rc == 0)
+        rc = tree_forest_add(r->forest, r->tree_key.s, t, r->err);
+    if (rc < 0) {
+        r->rc = rc;
+        return 0;
+    }
+    r->depth = 1;
+    return 1;
+}
+
+static int rd_end_map(void *ctx)
+{
+    tree_json_reader *r = ctx;
+    if (r->cap) {
+        if (!cap_end_map(r->cap)) {
+            r->rc = r->cap->rc;
+            return 0;
+        }
+        return r->cap->depth == 0 ? rd_capture_done(r) : 1;
+    }
+    if (r->skip > 0) {
+        r->skip--;
+        return 1;
+    }
+    switch (r->depth) {
+    case 1:
+        r->depth = 0;
+        r->top_done = 1;
+        return 1;
+    case 2:
+        return rd_end_tree(r);
+    default:
+        r->depth--;
+        return 1;
+    }
+}
+
+static int rd_end_array(void *ctx)
+{
+    tree_json_reader *r = ctx;
+    if (r->cap)
+        return cap_end_array(r->cap) ? 1 : (r->rc = r->cap->rc, 0);
+    r->skip--;
+    return 1;
+}
+
+static const yajl_callbacks rd_callbacks = {
+    rd_null,      rd_bool,    NULL,       NULL,           rd_number,    rd_string,
+    rd_start_map, rd_map_key, rd_end_map, rd_start_array, rd_end_array,
+};
+
+tree_json_reader *tree_json_reader_new(void)
+{
+    tree_json_reader *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->forest = tree_forest_new();
+    r->f.h = yajl_alloc(&rd_callbacks, NULL, r);
+    r->f.cb_rc = &r->rc;
+    if (!r->forest || !r->f.h || key_set(&r->tree_key, (const unsigned char *)"", 0) < 0) {
+        tree_json_reader_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+void tree_json_reader_free(tree_json_reader *r)
+{
+    if (!r)
+        return;
+    if (r->f.h)
+        yajl_free(r->f.h);
+    tree_builder_free(r->b);
+    tree_forest_free(r->forest);
+    free(r->tree_key.s);
+    free(r->k3.s);
+    free(r->k4.s);
+    free(r);
+}
+
+int tree_json_reader_feed(tree_json_reader *r, const char *data, size_t len, cellar_error *err)
+{
+    if (r->f.rc < 0)
+        return cellar_fail(err, r->f.rc, "tree JSON already failed");
+    r->err = err;
+    r->f.err = err;
+    return jf_feed(&r->f, data, len);
+}
+
+int tree_json_reader_finish(tree_json_reader *r, tree_forest **out, cellar_error *err)
+{
+    *out = NULL;
+    if (r->f.rc < 0)
+        return cellar_fail(err, r->f.rc, "tree JSON already failed");
+    r->err = err;
+    r->f.err = err;
+    int rc = jf_finish(&r->f);
+    if (rc < 0)
+        return rc;
+    if (!r->top_done)
+        return cellar_fail(err, CELLAR_EFORMAT, "tree JSON is empty");
+    *out = r->forest;
+    r->forest = NULL;
+    return 0;
+}
+
+int tree_forest_from_json(const char *json, size_t len, tree_forest **out, cellar_error *err)
+{
+    *out = NULL;
+    tree_json_reader *r = tree_json_reader_new();
+    if (!r)
+        return fail_nomem(err);
+    int rc = tree_json_reader_feed(r, json, len, err);
+    if (rc == 0)
+        rc = tree_json_reader_finish(r, out, err);
+    tree_json_reader_free(r);
+    return rc;
+}
