@@ -3,17 +3,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One table slot: pos < 0 marks an empty slot; `off` is where the name's
- * bytes start in the pool (offsets, not pointers, so the pool can grow). */
+/* The table holds 8-byte slots: the 1-based number of an entry (0 = empty)
+ * and 32 bits of the hash to skip most string compares.  Entries keep the
+ * row and where the name's bytes start in the pool (offsets, not pointers,
+ * so the pool can grow).  About 32 bytes per name plus the name itself. */
 typedef struct slot {
-    uint64_t hash;
+    uint32_t entry;
+    uint32_t tag;
+} slot;
+
+typedef struct entry {
     int64_t pos;
     size_t off;
-} slot;
+} entry;
 
 struct name_index {
     slot *slots;
     size_t mask;        /* table size - 1 (a power of two) */
+    entry *entries;     /* capacity of them */
     int64_t capacity;   /* names the table was sized for */
     int64_t count;
     char *pool;
@@ -39,24 +46,22 @@ name_index *name_index_new(int64_t capacity, cellar_error *err)
 {
     if (capacity < 0)
         capacity = 0;
+    if ((uint64_t)capacity >= UINT32_MAX || (uint64_t)capacity > SIZE_MAX / 4 / sizeof(entry)) {
+        cellar_fail(err, CELLAR_ENOMEM, "name index for %lld names is too large",
+                    (long long)capacity);
+        return NULL;
+    }
     /* At most half full: table size is the power of two >= 2 * capacity. */
     size_t size = 16;
-    while ((int64_t)(size / 2) < capacity) {
-        if (size > SIZE_MAX / 2 / sizeof(slot)) {
-            cellar_fail(err, CELLAR_ENOMEM, "name index for %lld names is too large",
-                        (long long)capacity);
-            return NULL;
-        }
+    while (size / 2 < (size_t)capacity)
         size *= 2;
-    }
     name_index *ix = calloc(1, sizeof *ix);
     if (!ix)
         goto oom;
-    ix->slots = malloc(size * sizeof *ix->slots);
-    if (!ix->slots)
+    ix->slots = calloc(size, sizeof *ix->slots);
+    ix->entries = malloc((size_t)(capacity ? capacity : 1) * sizeof *ix->entries);
+    if (!ix->slots || !ix->entries)
         goto oom;
-    for (size_t i = 0; i < size; i++)
-        ix->slots[i].pos = -1;
     ix->mask = size - 1;
     ix->capacity = capacity;
     return ix;
@@ -93,12 +98,13 @@ static int pool_put(name_index *ix, const char *name, size_t *off)
 int name_index_add(name_index *ix, const char *name, int64_t pos, cellar_error *err)
 {
     uint64_t h = hash_name(name);
+    uint32_t tag = (uint32_t)(h >> 32);
     size_t i = (size_t)h & ix->mask;
     for (;; i = (i + 1) & ix->mask) {
-        slot *sl = &ix->slots[i];
-        if (sl->pos < 0)
+        const slot *sl = &ix->slots[i];
+        if (!sl->entry)
             break;
-        if (sl->hash == h && strcmp(ix->pool + sl->off, name) == 0)
+        if (sl->tag == tag && strcmp(ix->pool + ix->entries[sl->entry - 1].off, name) == 0)
             return 0;
     }
     if (ix->count >= ix->capacity)
@@ -107,22 +113,25 @@ int name_index_add(name_index *ix, const char *name, int64_t pos, cellar_error *
     size_t off;
     if (pool_put(ix, name, &off))
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory building a name index");
-    ix->slots[i].hash = h;
-    ix->slots[i].pos = pos;
-    ix->slots[i].off = off;
+    ix->entries[ix->count].pos = pos;
+    ix->entries[ix->count].off = off;
     ix->count++;
+    ix->slots[i].entry = (uint32_t)ix->count;
+    ix->slots[i].tag = tag;
     return 0;
 }
 
 int64_t name_index_find(const name_index *ix, const char *name)
 {
     uint64_t h = hash_name(name);
+    uint32_t tag = (uint32_t)(h >> 32);
     for (size_t i = (size_t)h & ix->mask;; i = (i + 1) & ix->mask) {
         const slot *sl = &ix->slots[i];
-        if (sl->pos < 0)
+        if (!sl->entry)
             return -1;
-        if (sl->hash == h && strcmp(ix->pool + sl->off, name) == 0)
-            return sl->pos;
+        const entry *e = &ix->entries[sl->entry - 1];
+        if (sl->tag == tag && strcmp(ix->pool + e->off, name) == 0)
+            return e->pos;
     }
 }
 
@@ -133,7 +142,8 @@ int64_t name_index_count(const name_index *ix)
 
 size_t name_index_bytes(const name_index *ix)
 {
-    return sizeof *ix + (ix->mask + 1) * sizeof(slot) + ix->pool_cap;
+    return sizeof *ix + (ix->mask + 1) * sizeof(slot) +
+           (size_t)(ix->capacity ? ix->capacity : 1) * sizeof(entry) + ix->pool_cap;
 }
 
 void name_index_free(name_index *ix)
@@ -141,6 +151,7 @@ void name_index_free(name_index *ix)
     if (!ix)
         return;
     free(ix->slots);
+    free(ix->entries);
     free(ix->pool);
     free(ix);
 }

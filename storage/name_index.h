@@ -17,7 +17,7 @@ typedef struct name_index name_index;
 
 /* A new empty index sized for up to `capacity` names (more fail with
  * CELLAR_EINTERNAL).  NULL + CELLAR_ENOMEM in err when out of memory or when
- * capacity is too large.  Free with name_index_free. */
+ * capacity is too large (2^32 - 1 names or more).  Free with name_index_free. */
 name_index *name_index_new(int64_t capacity, cellar_error *err);
 
 /* Adds name (copied) at row `pos` unless the name is already present (the

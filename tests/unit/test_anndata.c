@@ -176,6 +176,23 @@ void test_name_index(void)
     CHECK_EQ(name_index_find(ix, ""), -1);
     CHECK(name_index_bytes(ix) > 900 * 8);
     name_index_free(ix);
+    /* a larger table: every name found at its row */
+    ix = name_index_new(200000, &err);
+    for (int i = 0; i < 200000; i++) {
+        snprintf(buf, sizeof buf, "%08x", (unsigned)i * 2654435761u);
+        CHECK_EQ(name_index_add(ix, buf, i, &err), 0);
+    }
+    int bad = 0;
+    for (int i = 0; i < 200000; i++) {
+        snprintf(buf, sizeof buf, "%08x", (unsigned)i * 2654435761u);
+        bad += name_index_find(ix, buf) != i;
+    }
+    CHECK_EQ(bad, 0);
+    CHECK_EQ(name_index_find(ix, "zzzzzzzz"), -1);
+    name_index_free(ix);
+    CHECK(name_index_new((int64_t)1 << 33, &err) == NULL);
+    CHECK_EQ(err.code, CELLAR_ENOMEM);
+    err = E();
     ix = name_index_new(1, &err);
     CHECK_EQ(name_index_add(ix, "", 0, &err), 0);
     CHECK_EQ(name_index_find(ix, ""), 0);
