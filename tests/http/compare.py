@@ -110,7 +110,8 @@ def check_values(got, series, name: str) -> None:
     elif kind == "float":
         dt = np.dtype(series.dtype)
         for i, g in enumerate(got):
-            assert g is None or (type(g) in (int, float)), f"column {name!r}[{i}]: {g!r} is not a number"
+            # integral floats are written with a `.0` (docs/responses.md)
+            assert g is None or type(g) is float, f"column {name!r}[{i}]: {g!r} is not a JSON float"
         arr = np.array([np.nan if g is None else g for g in got], dtype=dt)
         exp = series.to_numpy(dtype=dt).copy()
         exp[~np.isfinite(exp)] = np.nan
@@ -150,9 +151,6 @@ def check_frame_json(js: dict, df: pd.DataFrame, encodings: dict | None,
     exp_index = [str(v) for v in df.index]
     assert js["index"] == exp_index, f"index: {_first_diff(js['index'], exp_index)}"
     assert js["columns"] == list(df.columns)
-    encodings = encodings or {}
-    exp_dtypes = {c: expected_dtype(df[c], encodings.get(c)) for c in df.columns}
-    assert js["dtypes"] == exp_dtypes
     assert isinstance(js["data"], dict) and list(js["data"]) == list(df.columns), \
         f"data keys {list(js['data'])} != columns {list(df.columns)}"
     for c in df.columns:
@@ -161,6 +159,10 @@ def check_frame_json(js: dict, df: pd.DataFrame, encodings: dict | None,
             check_codes(js["data"][c], s, c)
         else:
             check_values(js["data"][c], s, c)
+    # dtypes last, so that a wrong dtype name does not hide wrong values
+    encodings = encodings or {}
+    exp_dtypes = {c: expected_dtype(df[c], encodings.get(c)) for c in df.columns}
+    assert js["dtypes"] == exp_dtypes
 
 
 # ---------------------------------------------------------------- CSV

@@ -24,6 +24,7 @@ import pytest
 import requests
 
 sys.path.insert(0, str(Path(__file__).parent))
+pytest.register_assert_rewrite("compare")
 import compare  # noqa: E402
 import writers  # noqa: E402
 
@@ -268,6 +269,25 @@ class References:
         if name not in self._cache:
             self._cache[name] = writers.read_store(self.root / name)
         return self._cache[name]
+
+    def frame(self, name: str, group: str):
+        """A data frame of a store (`obs`, `var`, `mod/rna/obs`) as the
+        reference library returns it.  TreeData's reader re-derives the
+        label column from the trees, so for .h5td the frame is what
+        anndata reads from the stored element (anndata.io.read_elem)."""
+        if name.endswith(".h5td"):
+            key = (name, "frame", group)
+            if key not in self._cache:
+                import anndata.io
+                import h5py
+                with h5py.File(self.root / name, "r") as f:
+                    self._cache[key] = anndata.io.read_elem(f[group])
+            return self._cache[key]
+        obj = self[name]
+        parts = group.split("/")
+        if parts[0] == "mod":
+            obj = obj[parts[1]]
+        return getattr(obj, parts[-1])
 
     def encodings(self, name: str, group: str) -> dict:
         """Encodings of a dataframe group (`obs`, `mod/rna/var`, ...)."""

@@ -90,6 +90,13 @@ def test_bad_mod_rows(get):
     assert_problem(get(store_path(W.MULTI, "obsmap", "rna"), mod_rows="x:y"), 400)
 
 
+@pytest.mark.parametrize("params", [{"mod_rows": "0:3", "rows": "0:3"},
+                                    {"mod_rows": "1", "obs_names": "cell000"}])
+def test_mod_rows_with_rows(get, params):
+    """mod_rows together with rows/obs_names is 400 (docs/responses.md)."""
+    assert_problem(get(store_path(W.MULTI, "obsmap", "rna"), **params), 400)
+
+
 @pytest.mark.parametrize("body", [
     b"{not json",
     b"[1, 2, 3]",

@@ -27,7 +27,7 @@ NUMERIC_OBS = ["b", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f32",
 
 
 def frame(ref, store, element) -> pd.DataFrame:
-    return getattr(ref[store], element)
+    return ref.frame(store, element)
 
 
 # ------------------------------------------------------------ whole frames
@@ -66,6 +66,8 @@ def test_schema(get, ref, store, element):
             exp = [int(c) for c in cats] if cats.dtype.kind in "iu" else [str(c) for c in cats]
             assert col["categories"] == exp, col
             assert col["ordered"] is bool(s.cat.ordered), col
+            exp_cdt = "str" if cats.dtype.kind in "OU" else str(cats.dtype)
+            assert col["categories_dtype"] == exp_cdt, col
         else:
             assert col.get("categories") is None and col.get("ordered") is None, col
 

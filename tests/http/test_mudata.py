@@ -214,3 +214,15 @@ def test_map_npy_bin(get, ref):
     np.testing.assert_array_equal(arr, exp[20:30])
     arr = decode_npy(get(store_path(W.MULTI, "varmap", "rna"), format="npy"))
     np.testing.assert_array_equal(arr, _map(m, "var", "rna"))
+
+
+def test_map_reverse_npy(get, ref):
+    """bin/npy of a reverse map give the int64 global rows only."""
+    m = ref[W.MULTI]
+    exp = np.array(_reverse(m, "obs", "prot", list(range(35))), dtype=np.int64)
+    arr = decode_npy(get(store_path(W.MULTI, "obsmap", "prot"), mod_rows=":", format="npy"))
+    assert arr.dtype == np.int64
+    np.testing.assert_array_equal(arr, exp)
+    arr = decode_bin(get(store_path(W.MULTI, "obsmap", "prot"), mod_rows="5:1:-1", format="bin"))
+    assert arr.dtype == np.int64
+    np.testing.assert_array_equal(arr, exp[5:1:-1])

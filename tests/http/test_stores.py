@@ -143,16 +143,6 @@ def test_mod_route(get, ref, name):
     assert js["mod"] == [{"name": k, "shape": [v.n_obs, v.n_vars]} for k, v in m.mod.items()]
 
 
-@pytest.mark.parametrize("name", [W.MULTI, W.AXIS1])
-def test_summary_modality(get, ref, name):
-    """/v1/stores/{store}/mod/{mod} is a modality's AnnData summary (the
-    {ad} prefix)."""
-    m = ref[name]
-    for mod, a in m.mod.items():
-        js = assert_json(get(store_path(name, "mod", mod)))
-        _check_anndata_summary(js, a)
-
-
 @pytest.mark.parametrize("name", [W.LINEAGE, W.SUBSET])
 def test_summary_treedata(get, ref, name):
     t = ref[name]

@@ -184,7 +184,7 @@ def test_replaced_file(versioned):
     # rewritten in place (same inode, another size)
     size = os.stat(root / "v.h5ad").st_size
     ino = os.stat(root / "v.h5ad").st_ino
-    _adata("c", 40, 3).write_h5ad(root / "v.h5ad")
+    _adata("c", 400, 3).write_h5ad(root / "v.h5ad")
     assert os.stat(root / "v.h5ad").st_ino == ino and os.stat(root / "v.h5ad").st_size != size
     etag3 = _check_served(srv, root)
     assert etag3 not in (etag1, etag2)
