@@ -583,7 +583,8 @@ static int frame_column_names(node *group, const char *index_key, arena *a,
     return 0;
 }
 
-int frame_open(node *group, arena *a, frame *out, cellar_error *err)
+/* A frame with its index only (no columns): for scans of the index. */
+static int frame_open_index(node *group, frame *out, cellar_error *err)
 {
     memset(out, 0, sizeof *out);
     const char *index_key = NULL;
@@ -593,6 +594,15 @@ int frame_open(node *group, arena *a, frame *out, cellar_error *err)
     out->group = group;
     out->n_rows = column_length(&out->index);
     out->index_name = strcmp(index_key, "_index") == 0 ? NULL : index_key;
+    return 0;
+}
+
+int frame_open(node *group, arena *a, frame *out, cellar_error *err)
+{
+    int rc = frame_open_index(group, out, err);
+    if (rc)
+        return rc;
+    const char *index_key = node_attr_string(group, "_index");
     const char **names;
     size_t n;
     rc = frame_column_names(group, index_key, a, &names, &n, err);
@@ -1158,13 +1168,13 @@ static int build_map(void *ctx, void **value, size_t *bytes, cellar_error *err)
     if (!rc)
         rc = node_child(m->root, m->axis_name, &gframe, err);
     if (!rc)
-        rc = frame_open(gframe, a, &global, err);
+        rc = frame_open_index(gframe, &global, err);
     if (!rc)
         rc = mudata_mod(m->root, m->mod, &mod, err);
     if (!rc)
         rc = node_child(mod, m->axis_name, &mframe, err);
     if (!rc)
-        rc = frame_open(mframe, a, &mf, err);
+        rc = frame_open_index(mframe, &mf, err);
     if (rc)
         goto done;
     if (mf.n_rows >= (int64_t)UINT32_MAX) {
