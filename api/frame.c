@@ -190,27 +190,81 @@ static uint64_t add_sat(uint64_t a, uint64_t b)
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
-/* Bytes the answer would take, estimated from shapes and dtypes. */
-static int check_cost(api_request *req, const frame_req *fr, cellar_error *err)
+static uint64_t mul_sat(uint64_t a, uint64_t b)
 {
-    int64_t n = fr->rows.count;
-    uint64_t total = 0, per_row = 0;
-    int binary = fr->fmt == FORMAT_BIN || fr->fmt == FORMAT_NPY;
-    if (!binary) {
-        total = frame_column_cost(&fr->f.index, n);
-        per_row = frame_column_cost(&fr->f.index, 1);
+    return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+/* Text bytes of one value of a numeric kind in JSON or CSV, separator
+ * included: the longest the formatters write for it. */
+static uint64_t text_size(dtype_kind dt)
+{
+    switch (dt) {
+    case DT_BOOL: return 6;
+    case DT_INT8: case DT_UINT8: return 5;
+    case DT_INT16: case DT_UINT16: return 7;
+    case DT_INT32: case DT_UINT32: return 12;
+    case DT_INT64: case DT_UINT64: return 21;
+    case DT_FLOAT16: return 12;
+    case DT_FLOAT32: return 16;
+    case DT_FLOAT64: return 25;
+    default: return 8;
     }
+}
+
+/* Bytes one row of a column takes in the answer's format.  Binary: what
+ * frame_column_cost says.  Text: numbers at their longest text, strings at
+ * frame_column_cost's estimate plus quotes and separator. */
+static uint64_t row_cost(const frame_column *c, api_format fmt, int codes)
+{
+    if (fmt == FORMAT_BIN || fmt == FORMAT_NPY)
+        return frame_column_cost(c, 1);
+    switch (c->encoding) {
+    case COL_ARRAY:
+    case COL_NULLABLE_INTEGER:
+    case COL_NULLABLE_BOOLEAN: return text_size(c->dtype);
+    case COL_CATEGORICAL:
+        if (codes)
+            return text_size(c->codes_dtype);
+        return c->dtype == DT_STRING ? frame_column_cost(c, 1) + 16 + 3 : text_size(c->dtype);
+    default: return frame_column_cost(c, 1) + 3;
+    }
+}
+
+/* Bytes an answer takes whatever its rows: names, dtypes, categories. */
+static uint64_t fixed_cost(const frame_req *fr)
+{
+    uint64_t fixed = 128;
     for (size_t i = 0; i < fr->n_cols; i++) {
         const frame_column *c = fr->cols[i];
-        total = add_sat(total, frame_column_cost(c, n));
-        per_row = add_sat(per_row, frame_column_cost(c, 1));
-        if (c->encoding == COL_CATEGORICAL && c->categories) {
+        fixed = add_sat(fixed, 3 * strlen(c->name) + 32);
+        if (c->encoding == COL_CATEGORICAL && c->categories && fr->codes) {
             const node_info *ci = node_get_info(c->categories);
             if (ci->ndim == 1 && ci->shape[0] > 0)
-                total = add_sat(total, (uint64_t)ci->shape[0] * 16);
+                fixed = add_sat(fixed, mul_sat((uint64_t)ci->shape[0], 24));
         }
     }
-    return api_check_budget(req, total, "rows", per_row, err);
+    return fixed;
+}
+
+/* Bounds the answer before any read: fixed part + rows x cost of a row. */
+static int check_cost(api_request *req, const frame_req *fr, cellar_error *err)
+{
+    int binary = fr->fmt == FORMAT_BIN || fr->fmt == FORMAT_NPY;
+    uint64_t per_row = binary ? 0 : row_cost(&fr->f.index, fr->fmt, 0);
+    for (size_t i = 0; i < fr->n_cols; i++)
+        per_row = add_sat(per_row, row_cost(fr->cols[i], fr->fmt, fr->codes));
+    uint64_t fixed = binary ? 128 : fixed_cost(fr);
+    uint64_t total = add_sat(fixed, mul_sat((uint64_t)fr->rows.count, per_row));
+    uint64_t limit = api_limit(req);
+    /* api_check_budget says limit / per_unit rows fit; account for the
+     * fixed part by charging it to the rows. */
+    uint64_t per_unit = per_row;
+    if (limit && total > limit) {
+        uint64_t fit = fixed < limit && per_row ? (limit - fixed) / per_row : 0;
+        per_unit = fit ? (limit + fit - 1) / fit : UINT64_MAX;
+    }
+    return api_check_budget(req, total, "rows", per_unit, err);
 }
 
 static int read_all(api_request *req, frame_req *fr, cellar_error *err)
