@@ -1,0 +1,44 @@
+/* The zarr backend of storage/node.h: directory stores in zarr format v2
+ * (.zgroup/.zarray/.zattrs, optional .zmetadata) and v3 (zarr.json, with
+ * optional inline consolidated metadata), read-only.
+ *
+ * Supported subset: numeric and bool arrays, vlen-utf8/vlen-bytes strings,
+ * fixed-length numpy unicode (<U) and bytes (|S) strings; C and F order and
+ * the transpose codec; both chunk key encodings and separators; compressors
+ * blosc, zstd, gzip, zlib, lz4 and the crc32c checksum; sharding_indexed with
+ * its index at either end.  Missing chunks and empty inner chunks read as the
+ * fill value.  Other dtypes open with DT_NONE; unsupported codecs make reads
+ * fail with CELLAR_EFORMAT naming the codec.  Every size and name from disk
+ * is checked; nothing on disk can make a read crash or over-allocate.
+ *
+ * Metadata is read once when a node is first opened and never changes, so
+ * reads take no lock and any number of threads may read one tree. */
+#ifndef CELLAR_ZARR_H
+#define CELLAR_ZARR_H
+
+#include <stddef.h>
+
+#include "common/error.h"
+#include "storage/node.h"
+
+/* Opens the zarr store in directory `dir` and returns its root node (a
+ * group, or an array for a store that is one array) in *root; the caller
+ * frees it with node_tree_free.  Consolidated metadata is used when present
+ * (v2 .zmetadata, v3 root zarr.json "consolidated_metadata"), per-node files
+ * otherwise.  Errors: CELLAR_EFORMAT when dir is not a zarr store or its root
+ * metadata is malformed, CELLAR_EIO, CELLAR_ENOMEM. */
+int zarr_open(const char *dir, node **root, cellar_error *err);
+
+/* The zarr format of the store in dir: 3 when it has a root zarr.json, 2 when
+ * it has a root .zgroup, .zarray or .zmetadata, else CELLAR_EFORMAT. */
+int zarr_store_version(const char *dir);
+
+/* Builds the text of a v2 `.zmetadata` document ({"metadata": {...},
+ * "zarr_consolidated_format": 1}) from the per-node metadata files of the v2
+ * store in dir, for stores that have none.  *json_text is malloc'd and
+ * NUL-terminated (*len excludes the NUL); the caller frees it.  Errors:
+ * CELLAR_EFORMAT (not a v2 store, or a metadata file is not JSON),
+ * CELLAR_EIO, CELLAR_ENOMEM. */
+int zarr_build_consolidated(const char *dir, char **json_text, size_t *len, cellar_error *err);
+
+#endif
