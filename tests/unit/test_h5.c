@@ -635,7 +635,46 @@ void test_h5_selections(void)
         for (int j = 0; j < 25; j++)
             bad_sq += dv[i * 25 + j] != rows[i] * 100 + cols[j] + 0.5;
     CHECK_EQ(bad_sq, 0);
+
+    /* Long runs on both axes, more blocks than one batch: rows in runs of
+     * 3 (reversed, one repeated), columns in runs of 5. */
+    int64_t lr[31], lc[34];
+    int nr_ = 0, nc_ = 0;
+    for (int k = 39; k >= 0; k--)
+        if (k % 4 != 3)
+            lr[nr_++] = k;
+    lr[nr_++] = 5;
+    for (int k = 0; k < 40; k++)
+        if (k % 6 != 5)
+            lc[nc_++] = k;
+    CHECK_EQ(nr_, 31);
+    CHECK_EQ(nc_, 34);
     free(dv);
+    dv = malloc(31 * 34 * sizeof *dv);
+    dim_sel s3[2] = {lst(lr, 31), lst(lc, 34)};
+    CHECK_EQ(node_read(sq, s3, dv, 31 * 34 * sizeof *dv, &err), 0);
+    bad_sq = 0;
+    for (int i = 0; i < 31; i++)
+        for (int j = 0; j < 34; j++)
+            bad_sq += dv[i * 34 + j] != lr[i] * 100 + lc[j] + 0.5;
+    CHECK_EQ(bad_sq, 0);
+    CHECK_DBL_EQ(dv[0], 3800.5);
+    CHECK_DBL_EQ(dv[30 * 34 + 33], 539.5);
+    free(dv);
+
+    /* 1-D runs of 10 every 20 positions: hyperslab batches. */
+    int64_t *runs = malloc(2500 * sizeof *runs), *rv = malloc(2500 * sizeof *rv);
+    for (int i = 0; i < 2500; i++)
+        runs[i] = (i / 10) * 20 + i % 10;
+    dim_sel rs = lst(runs, 2500);
+    CHECK_EQ(node_read(line, &rs, rv, 2500 * sizeof *rv, &err), 0);
+    int bad_runs = 0;
+    for (int i = 0; i < 2500; i++)
+        bad_runs += rv[i] != runs[i] * 3;
+    CHECK_EQ(bad_runs, 0);
+    CHECK_EQ(rv[2499], 4989 * 3);
+    free(runs);
+    free(rv);
 
     /* 2-D strings with a reversed column slice and a row list. */
     node *names = child(root, "names");
