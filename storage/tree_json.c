@@ -58,6 +58,8 @@ static int jf_yajl(jfilter *f, const char *p, size_t n, unsigned long long at)
         return f->rc;
     }
     unsigned char *msg = yajl_get_error(f->h, 0, NULL, 0);
+    for (size_t k = msg ? strlen((char *)msg) : 0; k > 0 && (msg[k - 1] == '\n' || msg[k - 1] == ' ');)
+        msg[--k] = '\0';
     f->rc = cellar_fail(f->err, CELLAR_EFORMAT, "invalid tree JSON near byte %llu: %s",
                         at + (unsigned long long)yajl_get_bytes_consumed(f->h),
                         msg ? (const char *)msg : "parse error");
