@@ -35,6 +35,8 @@ _LOGS: list[Path] = []
 
 # ------------------------------------------------------------ pytest hooks
 def pytest_configure(config):
+    # the writers' own deprecation chatter (pandas 4 / anndata), not ours
+    config.addinivalue_line("filterwarnings", "ignore:The 'future.infer_string' option is deprecated")
     if not config.pluginmanager.hasplugin("timeout"):
         config.addinivalue_line("markers", "timeout(seconds): per-test timeout (pytest-timeout)")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -162,3 +163,24 @@ def test_treedata_fixture_values(ref):
     a, b = ref[W.LINEAGE], ref[W.SUBSET]
     assert (a.label, a.alignment, a.allow_overlap) == ("lineage", "leaves", False)
     assert (b.label, b.alignment, b.allow_overlap) == (None, "subset", True)
+
+
+def test_examples_are_served(server_factory):
+    """`make run` serves examples/: the committed stores open and hold what
+    examples/README.md says."""
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    srv = server_factory(examples)
+    listed = {s["name"]: s["kind"] for s in assert_json(srv.get("/v1/stores"))["stores"]}
+    assert listed == {"pbmc_small.h5mu": "mudata", "blood.h5ad": "anndata", "lineage.h5td": "treedata"}
+    for name in listed:
+        assert os.stat(examples / name).st_size < 1_000_000
+    pbmc = assert_json(srv.get(store_path("pbmc_small.h5mu", "mod")))
+    assert pbmc["mod"] == [{"name": "rna", "shape": [80, 30]}, {"name": "prot", "shape": [60, 8]}]
+    amap = assert_json(srv.get(store_path("pbmc_small.h5mu", "obsmap", "prot"), rows="38:42"))["obsmap"]
+    assert amap == [0, 0, 1, 2]
+    tree = assert_json(srv.get(store_path("lineage.h5td")))
+    assert (tree["label"], tree["alignment"], tree["allow_overlap"], tree["obst"]) == \
+        ("tree", "leaves", False, ["lineage"])
+    blood = assert_json(srv.get(store_path("blood.h5ad", "obs"), columns="n_counts,is_doublet", rows="3:6"))
+    assert blood["dtypes"] == {"n_counts": "Int64", "is_doublet": "boolean"}
+    assert blood["data"]["is_doublet"][0] is None and blood["data"]["n_counts"][2] is None
