@@ -54,6 +54,8 @@ def test_list_stores(get, data_root):
     assert W.LINK_FILE not in by_name, "a symlink leaving the root is listed"
     assert f"{W.LINK_DIR}/{W.SECRET}" not in by_name, "a store under a symlinked outside folder is listed"
     assert all(".." not in n.split("/") and not n.startswith("/") for n in names), names
+    # nothing else: the unreadable files may be listed (by suffix), nothing more
+    assert set(names) <= set(W.GOOD_STORES) | {W.TRUNCATED, W.NOT_HDF5}, names
 
 
 def _check_frame_summary(got, df):
