@@ -494,7 +494,7 @@ void test_tree_json_garbage(void)
 void test_tree_caterpillar(void)
 {
     enum { N = 200000 };
-    size_t cap = (size_t)N * 64 + 64, len = 0;
+    size_t cap = (size_t)N * 128 + 64, len = 0;
     char *s = malloc(cap);
     CHECK(s != NULL);
     if (!s)
