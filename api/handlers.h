@@ -10,6 +10,8 @@
 #define CELLAR_API_HANDLERS_H
 
 #include "api/request.h"
+#include "storage/dtype.h"
+#include "storage/node.h"
 
 /* GET /v1/stores: every store under the root (api/stores.c). */
 int api_stores_list(api_request *req, api_response *res, cellar_error *err);
@@ -37,8 +39,6 @@ int api_frame_schema(api_request *req, api_response *res, cellar_error *err);
 int api_map(api_request *req, api_response *res, cellar_error *err);
 
 /* ---- helpers shared by the api/ handlers (not for the router) ---- */
-
-#include "storage/node.h"
 
 /* Resolves the AnnData group {ad} of the request: the store root, or
  * mod/{req->mod} (404 when the store is not MuData or has no such
