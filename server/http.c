@@ -103,6 +103,22 @@ static void http_date(struct timespec ts, char *out, size_t n)
     strftime(out, n, "%a, %d %b %Y %H:%M:%S GMT", &tm);
 }
 
+/* If-Modified-Since: true when the store has not changed since that date
+ * (HTTP dates have whole seconds, so a later sub-second mtime counts as
+ * the same second). */
+static int not_modified_since(const char *header, struct timespec mtime)
+{
+    if (!header)
+        return 0;
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *end = strptime(header, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    if (!end)
+        return 0;
+    time_t since = timegm(&tm);
+    return mtime.tv_sec <= since;
+}
+
 static int etag_matches(const char *header, const char *etag)
 {
     if (!header)
@@ -373,8 +389,12 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
         rc = api_open_store(req, &err);
         if (rc)
             return send_problem(ctx, conn, &err, NULL);
+        /* If-None-Match wins over If-Modified-Since (RFC 9110 13.1.3). */
         const char *inm = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-None-Match");
-        if (etag_matches(inm, store_etag(req->store)))
+        const char *ims =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-Modified-Since");
+        if (inm ? etag_matches(inm, store_etag(req->store))
+                : not_modified_since(ims, store_mtime(req->store)))
             return send_empty(ctx, conn, 304, NULL);
     }
     rc = parse_body(ctx, &err);
