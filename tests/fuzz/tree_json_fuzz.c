@@ -1,0 +1,201 @@
+/* Fuzz target: the TreeData tree JSON reader and the tree index queries.
+ *
+ * With libFuzzer: cc -DCELLAR_LIBFUZZER -fsanitize=fuzzer,address ...
+ * Without it, main() replays every file named on the command line, or every
+ * file in the directories named there (e.g. tests/fuzz/corpus/tree_json). */
+#include <dirent.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/arena.h"
+#include "common/error.h"
+#include "storage/tree_index.h"
+#include "storage/tree_json.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define MUST(cond)                                                                   \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
+            abort();                                                                 \
+        }                                                                            \
+    } while (0)
+
+static void check_tree(const tree_index *t)
+{
+    int32_t n = tree_index_node_count(t);
+    int32_t leaves = 0;
+    for (int32_t v = 0; v < n; v++) {
+        const char *id = tree_index_id(t, v);
+        MUST(tree_index_find(t, id, strlen(id)) == v);
+        MUST(tree_index_node_at(t, tree_index_preorder(t, v)) == v);
+        int32_t p = tree_index_parent(t, v);
+        if (p >= 0) {
+            MUST(tree_index_depth(t, v) == tree_index_depth(t, p) + 1);
+            MUST(tree_index_is_ancestor(t, p, v));
+            MUST(tree_index_edge_attrs(t, v) != NULL);
+        } else {
+            MUST(tree_index_depth(t, v) == 0);
+        }
+        int32_t nc;
+        tree_index_children(t, v, &nc);
+        leaves += nc == 0;
+        MUST(tree_index_leaf_count(t, v) >= 1);
+        MUST(tree_index_attrs(t, v)[0] == '{');
+    }
+    MUST(leaves == tree_index_leaf_total(t));
+    arena *a = arena_new();
+    MUST(a != NULL);
+    cellar_error err;
+    for (int32_t v = 0; v + 1 < n && v < 64; v++) {
+        int32_t pair[2] = {v, n - 1 - v};
+        int32_t l = tree_index_lca(t, pair, 2);
+        if (l >= 0) {
+            MUST(tree_index_is_ancestor(t, l, pair[0]));
+            MUST(tree_index_is_ancestor(t, l, pair[1]));
+        }
+        int32_t *path, np;
+        MUST(tree_index_ancestors(t, v, a, &path, &np, &err) == 0);
+        MUST(path[np - 1] == v && tree_index_parent(t, path[0]) < 0);
+    }
+    int32_t *out, no;
+    int trunc;
+    MUST(tree_index_subtree(t, -1, 3, 50, a, &out, &no, &trunc, &err) == 0);
+    MUST(no <= 50);
+    tree_viewport box = {0, tree_index_uses_length(t) ? 1e300 : 5, 0, 10, 20};
+    tree_view_entry *e;
+    MUST(tree_index_viewport(t, &box, a, &e, &no, &trunc, &err) == 0);
+    MUST(no <= 20);
+    for (int32_t i = 0; i < no; i++)
+        if (!e[i].collapsed)
+            MUST(tree_index_y(t, e[i].node) >= 0 && tree_index_y(t, e[i].node) <= 10);
+    arena_free(a);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    cellar_error err;
+    cellar_error_clear(&err);
+    tree_forest *f = NULL;
+    int rc = tree_forest_from_json((const char *)data, size, &f, &err);
+    MUST((rc == 0) == (f != NULL));
+    MUST(rc == 0 || err.code == rc);
+    if (f) {
+        for (size_t i = 0; i < tree_forest_count(f); i++)
+            check_tree(tree_forest_tree(f, i));
+        tree_forest_free(f);
+    }
+
+    /* The same input fed in pieces must give the same verdict. */
+    tree_json_reader *r = tree_json_reader_new();
+    MUST(r != NULL);
+    cellar_error err2;
+    cellar_error_clear(&err2);
+    int rc2 = 0;
+    size_t step = size > 0 ? 1 + data[0] % 17 : 1;
+    for (size_t i = 0; i < size && rc2 == 0; i += step)
+        rc2 = tree_json_reader_feed(r, (const char *)data + i, size - i < step ? size - i : step,
+                                    &err2);
+    tree_forest *f2 = NULL;
+    if (rc2 == 0)
+        rc2 = tree_json_reader_finish(r, &f2, &err2);
+    tree_json_reader_free(r);
+    tree_forest_free(f2);
+    MUST((rc == 0) == (rc2 == 0));
+
+    /* The input as one node's attributes. */
+    char *text = malloc(size + 1);
+    MUST(text != NULL);
+    memcpy(text, data, size);
+    text[size] = '\0';
+    tree_builder *b = tree_builder_new("fuzz");
+    MUST(b != NULL);
+    cellar_error_clear(&err);
+    if (tree_builder_add_node(b, "a", text, &err) == 0) {
+        tree_index *t = NULL;
+        MUST(tree_builder_finish(b, &t, &err) == 0);
+        MUST(tree_index_attrs(t, 0)[0] == '{');
+        tree_index_free(t);
+    } else {
+        tree_builder_free(b);
+    }
+    free(text);
+    return 0;
+}
+
+#ifndef CELLAR_LIBFUZZER
+static int replay_file(const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        perror(path);
+        return -1;
+    }
+    size_t cap = 4096, len = 0;
+    uint8_t *data = malloc(cap);
+    size_t got;
+    while (data && (got = fread(data + len, 1, cap - len, fp)) > 0) {
+        len += got;
+        if (len == cap) {
+            uint8_t *more = realloc(data, cap * 2);
+            if (!more) {
+                free(data);
+                data = NULL;
+                break;
+            }
+            data = more;
+            cap *= 2;
+        }
+    }
+    fclose(fp);
+    if (!data)
+        return -1;
+    LLVMFuzzerTestOneInput(data, len);
+    free(data);
+    return 0;
+}
+
+static int replay(const char *path, int *count)
+{
+    DIR *d = opendir(path);
+    if (!d) {
+        if (replay_file(path) < 0)
+            return -1;
+        (*count)++;
+        return 0;
+    }
+    struct dirent *de;
+    int rc = 0;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        size_t n = strlen(path) + strlen(de->d_name) + 2;
+        char *full = malloc(n);
+        if (!full) {
+            rc = -1;
+            break;
+        }
+        snprintf(full, n, "%s/%s", path, de->d_name);
+        if (replay_file(full) < 0)
+            rc = -1;
+        else
+            (*count)++;
+        free(full);
+    }
+    closedir(d);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    int count = 0, failed = 0;
+    for (int i = 1; i < argc; i++)
+        failed |= replay(argv[i], &count) < 0;
+    printf("tree_json_fuzz: replayed %d inputs\n", count);
+    return failed ? 1 : 0;
+}
+#endif
