@@ -413,16 +413,16 @@ static int attr_values(hid_t attr, hid_t obj, hid_t ftype, hid_t space, size_t n
             if (mt < 0 || H5Tset_size(mt, H5T_VARIABLE) < 0 ||
                 H5Tset_cset(mt, cset == H5T_CSET_UTF8 ? cset : H5T_CSET_ASCII) < 0)
                 goto done;
-            char **s = calloc(n, sizeof *s);
-            if (!s)
+            char **s = NULL;
+            if (mul_size(n, sizeof *s, &bytes) || bytes > H5_ATTR_MAX_BYTES ||
+                !(s = calloc(n, sizeof *s)))
                 goto done;
             buf = s;
-            if (H5Aread(attr, mt, s) < 0)
-                goto done;
-            rc = 0;
+            rc = H5Aread(attr, mt, s) < 0 ? -1 : 0;
             for (size_t i = 0; i < n && !rc; i++)
                 rc = json_array_append_new(flat, json_utf8(s[i] ? s[i] : "",
                                                            s[i] ? strlen(s[i]) : 0));
+            /* s was zeroed, so this is safe after a failed read too. */
             H5Dvlen_reclaim(mt, space, H5P_DEFAULT, s);
             goto done;
         }
