@@ -163,14 +163,25 @@ typedef struct capture {
     int rc;
     cellar_error *err;
     const char *what;    /* for messages: "node 'x'", set by the caller */
+    /* When set, called to fill `what` just before a message uses it, so
+     * that the common case formats nothing. */
+    void (*describe)(void *ctx);
+    void *describe_ctx;
 } capture;
+
+static const char *cap_what(capture *c)
+{
+    if (c->describe)
+        c->describe(c->describe_ctx);
+    return c->what;
+}
 
 static int cap_gen(capture *c, yajl_gen_status st)
 {
     if (st == yajl_gen_status_ok)
         return 1;
     c->rc = cellar_fail(c->err, CELLAR_EINTERNAL, "re-encoding the attributes of %s failed (%d)",
-                        c->what, (int)st);
+                        cap_what(c), (int)st);
     return 0;
 }
 
@@ -178,7 +189,7 @@ static int cap_scalar_ok(capture *c)
 {
     if (c->depth == 0 && c->require_object) {
         c->rc = cellar_fail(c->err, CELLAR_EFORMAT, "the attributes of %s are not a JSON object",
-                            c->what);
+                            cap_what(c));
         return 0;
     }
     return 1;
@@ -223,7 +234,7 @@ static int cap_open(capture *c, int is_map)
         return cap_scalar_ok(c);
     if (c->depth >= TREE_JSON_MAX_ATTR_DEPTH) {
         c->rc = cellar_fail(c->err, CELLAR_EFORMAT,
-                            "the attributes of %s nest deeper than %d levels", c->what,
+                            "the attributes of %s nest deeper than %d levels", cap_what(c),
                             TREE_JSON_MAX_ATTR_DEPTH);
         return 0;
     }
@@ -290,6 +301,7 @@ static void cap_begin(capture *c, cellar_error *err, const char *what)
     c->rc = 0;
     c->err = err;
     c->what = what;
+    c->describe = NULL;
 }
 
 static void cap_result(capture *c, const char **text, size_t *len)
@@ -329,7 +341,7 @@ static int cap_parse_text(capture *c, const char *text, size_t len)
     if (rc < 0 && c->rc == 0) {
         /* The text itself is bad: the callbacks' messages name c->what already. */
         c->rc = rc;
-        err_prefix(c->err, c->what);
+        err_prefix(c->err, cap_what(c));
     }
     return rc;
 }
@@ -346,7 +358,7 @@ struct tree_builder {
     const char **attrs;
     uint32_t *hash;
     int32_t *decl;         /* declaration number, -1 until declared */
-    int32_t *slot;
+    uint64_t *slot;        /* hash << 32 | node number; UINT64_MAX empty */
     size_t slot_cap;
     int32_t ne, ecap;
     int32_t *src, *dst;
@@ -465,15 +477,15 @@ static int grow_nodes(tree_builder *b)
 static int rehash(tree_builder *b)
 {
     size_t cap = b->slot_cap ? b->slot_cap * 2 : 128;
-    int32_t *slot = malloc(cap * sizeof *slot);
+    uint64_t *slot = malloc(cap * sizeof *slot);
     if (!slot)
         return -1;
     memset(slot, 0xff, cap * sizeof *slot);
     for (int32_t v = 0; v < b->n; v++) {
         size_t i = b->hash[v] & (cap - 1);
-        while (slot[i] >= 0)
+        while (slot[i] != UINT64_MAX)
             i = (i + 1) & (cap - 1);
-        slot[i] = v;
+        slot[i] = (uint64_t)b->hash[v] << 32 | (uint32_t)v;
     }
     free(b->slot);
     b->slot = slot;
@@ -496,9 +508,11 @@ static int32_t intern(tree_builder *b, const char *id, size_t len, cellar_error 
     }
     uint32_t h = bhash(id, len);
     size_t i = h & (b->slot_cap - 1);
-    for (; b->slot[i] >= 0; i = (i + 1) & (b->slot_cap - 1)) {
-        int32_t v = b->slot[i];
-        if (b->hash[v] == h && strncmp(b->id[v], id, len) == 0 && b->id[v][len] == '\0')
+    for (; b->slot[i] != UINT64_MAX; i = (i + 1) & (b->slot_cap - 1)) {
+        if ((uint32_t)(b->slot[i] >> 32) != h)
+            continue;
+        int32_t v = (int32_t)(uint32_t)b->slot[i];
+        if (strncmp(b->id[v], id, len) == 0 && b->id[v][len] == '\0')
             return v;
     }
     if (b->n == b->ncap && grow_nodes(b) < 0) {
@@ -514,7 +528,7 @@ static int32_t intern(tree_builder *b, const char *id, size_t len, cellar_error 
     b->attrs[v] = empty_attrs;
     b->hash[v] = h;
     b->decl[v] = -1;
-    b->slot[i] = v;
+    b->slot[i] = (uint64_t)h << 32 | (uint32_t)v;
     b->n++;
     return v;
 }
@@ -959,8 +973,9 @@ static int rd_begin_tree(tree_json_reader *r)
     return 1;
 }
 
-static int rd_begin_capture(tree_json_reader *r)
+static void rd_describe(void *ctx)
 {
+    tree_json_reader *r = ctx;
     char s1[ERR_ID_MAX], s2[ERR_ID_MAX];
     if (r->section == SEC_NODES)
         snprintf(r->b->msg, sizeof r->b->msg, "node '%s' of %s",
@@ -969,8 +984,14 @@ static int rd_begin_capture(tree_json_reader *r)
         snprintf(r->b->msg, sizeof r->b->msg, "edge '%s' -> '%s' of %s",
                  short_id(s1, sizeof s1, r->k3.s, r->k3.len),
                  short_id(s2, sizeof s2, r->k4.s, r->k4.len), r->what);
+}
+
+static int rd_begin_capture(tree_json_reader *r)
+{
     r->cap = &r->b->cap;
     cap_begin(r->cap, r->err, r->b->msg);
+    r->cap->describe = rd_describe;
+    r->cap->describe_ctx = r;
     return cap_start_map(r->cap) ? 1 : (r->rc = r->cap->rc, 0);
 }
 
