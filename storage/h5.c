@@ -1352,6 +1352,18 @@ int h5_open(const char *path, node **root, cellar_error *err)
         return rc;
     }
     H5Pclose(fapl);
+    /* libhdf5 shares one open file per (device, inode), metadata cache
+     * included: if an older tree of this inode is still open and the file
+     * was rewritten in place since, this open would see stale metadata. */
+    hsize_t eof = 0;
+    if (H5Fget_obj_count(file, H5F_OBJ_FILE) > 1 &&
+        (H5Fget_filesize(file, &eof) < 0 || eof != (hsize_t)st.st_size)) {
+        H5Fclose(file);
+        return cellar_fail(err, CELLAR_EUNAVAILABLE,
+                           "'%s' was rewritten in place while an older version is still open; "
+                           "retry shortly",
+                           bn);
+    }
     hid_t g = H5Gopen2(file, "/", H5P_DEFAULT);
     if (g < 0) {
         int rc = h5_fail(err, CELLAR_EFORMAT, "'%s': cannot open the root group", bn);

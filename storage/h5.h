@@ -24,9 +24,19 @@ void h5_library_init(void);
 /* Opens the HDF5 file at path read-only and returns its root group in *root
  * (owned by the caller, released with node_tree_free, which really closes
  * the file).  A userblock (MuData's 512 bytes) is fine.
+ * The file is opened without HDF5 file locks, so writers are never blocked.
+ *
+ * libhdf5 shares one open file per (device, inode), metadata cache included:
+ * a second h5_open of an inode whose tree is still alive gets that same
+ * file.  If the file was rewritten in place meanwhile (same inode, new size)
+ * this returns CELLAR_EUNAVAILABLE rather than a tree over stale metadata;
+ * it opens fine once the older tree is freed.  A same-size in-place rewrite
+ * cannot be told apart: callers that detect a change should free the old
+ * tree before reopening when the inode is unchanged.
+ *
  * Errors: CELLAR_ENOTFOUND when there is no such file, CELLAR_EFORMAT when it
  * is not HDF5 or is truncated/corrupt, CELLAR_EIO when it cannot be read,
- * CELLAR_ENOMEM. */
+ * CELLAR_EUNAVAILABLE as above, CELLAR_ENOMEM. */
 int h5_open(const char *path, node **root, cellar_error *err);
 
 #endif
