@@ -523,6 +523,17 @@ int registry_get(registry *r, const char *name, store **out, cellar_error *err)
     return 0;
 }
 
+store *store_ref(store *s)
+{
+    registry *r = s->reg;
+    if (r)
+        pthread_mutex_lock(&r->lock);
+    s->refs++;
+    if (r)
+        pthread_mutex_unlock(&r->lock);
+    return s;
+}
+
 void store_release(store *s)
 {
     if (!s)
@@ -726,6 +737,11 @@ int registry_list(registry *r, arena *a, store_listing **out, size_t *count,
 const char *store_name(const store *s)
 {
     return s->name;
+}
+
+const char *store_path(const store *s)
+{
+    return s->path;
 }
 
 store_kind store_get_kind(const store *s)

@@ -48,8 +48,13 @@ void registry_free(registry *r);
  * format. */
 int registry_get(registry *r, const char *name, store **out, cellar_error *err);
 
-/* Drops a reference taken by registry_get. NULL is fine. */
+/* Drops a reference taken by registry_get or store_ref. NULL is fine. */
 void store_release(store *s);
+
+/* Takes another reference on a version the caller already holds one on
+ * (e.g. for background work that outlives the request); returns s.  Drop
+ * it with store_release. */
+store *store_ref(store *s);
 
 /* Splits a path like "atlas/liver.zarr/mod/rna/obs" into the store name
  * ("atlas/liver.zarr") and the rest ("mod/rna/obs"), at the first segment
@@ -86,6 +91,9 @@ int registry_root_ok(registry *r);
 /* ---- one store version ---- */
 
 const char *store_name(const store *s);
+/* The store's canonical path on disk (realpath, inside the root; for zarr the
+ * directory). Borrowed, valid while the version is referenced. */
+const char *store_path(const store *s);
 store_kind store_get_kind(const store *s);
 store_backend store_get_backend(const store *s);
 node *store_root(store *s);
