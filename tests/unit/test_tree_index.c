@@ -700,3 +700,32 @@ void test_tree_json_chunked(void)
     CHECK(tree_index_uses_length(t));
     tree_forest_free(f);
 }
+
+/* The obst string treedata 0.4.0 wrote for a tree with integer and
+ * non-ASCII node ids, NaN and Infinity lengths, and an empty second tree. */
+void test_tree_json_treedata_quirks(void)
+{
+    static const char json[] =
+        "{\"t\": {\"edges\": {\"0\": {\"1\": {\"length\": NaN}, \"2\": {\"length\": Infinity}, "
+        "\"\\u00e9\": {\"length\": 1.5}}, \"1\": {}, \"2\": {}, \"\\u00e9\": {}}, \"nodes\": "
+        "{\"0\": {\"x\": NaN}, \"1\": {}, \"2\": {}, \"\\u00e9\": {}}}, \"5\": {\"edges\": {}, "
+        "\"nodes\": {}}}";
+    cellar_error err;
+    tree_forest *f = parse(json, &err);
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    CHECK_EQ(tree_forest_count(f), 2);
+    CHECK_STR_EQ(tree_forest_key(f, 1), "5");
+    const tree_index *t = tree_forest_get(f, "t");
+    CHECK_EQ(node(t, "\xc3\xa9"), 3);
+    CHECK_STR_EQ(tree_index_id(t, 3), "\xc3\xa9");
+    CHECK_EQ(tree_index_parent(t, 3), 0);
+    CHECK_DBL_EQ(tree_index_branch_length(t, 3), 1.5);
+    CHECK(isnan(tree_index_branch_length(t, 2)));
+    CHECK_STR_EQ(tree_index_edge_attrs(t, 2), "{\"length\":null}");
+    CHECK(!tree_index_uses_length(t));
+    CHECK_DBL_EQ(tree_index_x(t, 3), 1);
+    CHECK_EQ(tree_index_node_count(tree_forest_get(f, "5")), 0);
+    tree_forest_free(f);
+}
