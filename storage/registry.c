@@ -66,6 +66,7 @@ struct registry {
     size_t root_len;
     registry_config cfg;
     pthread_mutex_t lock;
+    pthread_mutex_t open_lock; /* serializes opening new versions */
     pthread_cond_t released; /* a non-current version was freed */
     store **open;      /* current versions */
     store *retired;    /* older versions still referenced by requests */
@@ -244,6 +245,7 @@ registry *registry_new(const registry_config *cfg, cellar_error *err)
     if (r->cfg.max_open_stores == 0)
         r->cfg.max_open_stores = 1;
     pthread_mutex_init(&r->lock, NULL);
+    pthread_mutex_init(&r->open_lock, NULL);
     pthread_cond_init(&r->released, NULL);
     return r;
 }
@@ -287,6 +289,7 @@ void registry_free(registry *r)
     r->retired = NULL;
     pthread_mutex_unlock(&r->lock);
     pthread_mutex_destroy(&r->lock);
+    pthread_mutex_destroy(&r->open_lock);
     pthread_cond_destroy(&r->released);
     free(r->open);
     free(r->root);
@@ -437,77 +440,63 @@ static int wait_same_file_closed_locked(registry *r, const file_identity *id)
     return 0;
 }
 
-int registry_get(registry *r, const char *name, store **out, cellar_error *err)
+/* Takes a reference on the current version of name when it still has this
+ * identity; else retires a stale one (appending it to victims when nobody
+ * holds it) and returns NULL. Lock held. */
+static store *take_current_locked(registry *r, const char *name, const file_identity *id,
+                                  store **victims, size_t *n_victims)
 {
-    *out = NULL;
-    char *path = NULL;
-    int rc = resolve_inside(r, name, &path, err);
-    if (rc)
-        return rc;
-    store_backend backend = backend_of(name);
-    file_identity id;
-    if (read_identity(path, backend, &id) != 0) {
-        free(path);
-        return cellar_fail(err, CELLAR_ENOTFOUND, "no store named '%s'", name);
+    size_t pos = 0;
+    store *cur = find_open(r, name, &pos);
+    if (cur && identity_equal(&cur->id, id)) {
+        cur->refs++;
+        cur->last_used = now_seconds();
+        return cur;
     }
+    if (cur) {
+        store *freed = retire_locked(r, pos);
+        if (freed)
+            victims[(*n_victims)++] = freed;
+    }
+    return NULL;
+}
+
+static void free_victims(store **victims, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        store_free(victims[i]);
+}
+
+/* Opens a new version and installs it as current. Called with open_lock
+ * held, so one store is opened at a time: libhdf5 shares an open file
+ * between handles by (device, inode), and two handles of one file must not
+ * be opened and closed concurrently. */
+static int open_and_install(registry *r, const char *name, const char *path,
+                            const file_identity *id, store **out, cellar_error *err)
+{
     store *victims[8];
     size_t n_victims = 0;
     pthread_mutex_lock(&r->lock);
-    size_t pos = 0;
-    store *cur = find_open(r, name, &pos);
-    if (cur && identity_equal(&cur->id, &id)) {
-        cur->refs++;
-        cur->last_used = now_seconds();
-        pthread_mutex_unlock(&r->lock);
-        free(path);
-        *out = cur;
-        return 0;
-    }
-    if (cur) {
-        /* Changed on disk: retire the old version for later requests. */
-        store *freed = retire_locked(r, pos);
-        if (freed)
-            victims[n_victims++] = freed;
-    }
-    if (backend == BACKEND_HDF5) {
-        rc = wait_same_file_closed_locked(r, &id);
-        if (rc) {
-            pthread_mutex_unlock(&r->lock);
-            free(path);
-            return cellar_fail(err, rc, "store '%s' is being rewritten; retry", name);
-        }
-    }
+    *out = take_current_locked(r, name, id, victims, &n_victims);
+    int rc = 0;
+    if (!*out && backend_of(name) == BACKEND_HDF5 && wait_same_file_closed_locked(r, id))
+        rc = cellar_fail(err, CELLAR_EUNAVAILABLE, "store '%s' is being rewritten; retry",
+                         name);
     pthread_mutex_unlock(&r->lock);
-    for (size_t i = 0; i < n_victims; i++)
-        store_free(victims[i]);
+    free_victims(victims, n_victims);
     n_victims = 0;
+    if (*out || rc)
+        return rc;
 
     store *fresh = NULL;
-    rc = store_open(r, name, path, &id, &fresh, err);
-    free(path);
+    rc = store_open(r, name, path, id, &fresh, err);
     if (rc) {
         if (rc == CELLAR_EFORMAT)
             fprintf(stderr, "cellar: store '%s' is not readable: %s\n", name,
                     err ? err->detail : "");
         return rc;
     }
-
     pthread_mutex_lock(&r->lock);
-    store *raced = find_open(r, name, &pos);
-    if (raced && identity_equal(&raced->id, &id)) {
-        /* Another request opened the same version meanwhile: use theirs. */
-        raced->refs++;
-        raced->last_used = now_seconds();
-        pthread_mutex_unlock(&r->lock);
-        store_free(fresh);
-        *out = raced;
-        return 0;
-    }
-    if (raced) {
-        store *freed = retire_locked(r, pos);
-        if (freed)
-            victims[n_victims++] = freed;
-    }
     if (install_locked(r, fresh) != 0) {
         pthread_mutex_unlock(&r->lock);
         store_free(fresh);
@@ -517,21 +506,36 @@ int registry_get(registry *r, const char *name, store **out, cellar_error *err)
     fresh->last_used = now_seconds();
     enforce_bound_locked(r, victims, &n_victims, sizeof victims / sizeof *victims);
     pthread_mutex_unlock(&r->lock);
-    for (size_t i = 0; i < n_victims; i++)
-        store_free(victims[i]);
+    free_victims(victims, n_victims);
     *out = fresh;
     return 0;
 }
 
-store *store_ref(store *s)
+int registry_get(registry *r, const char *name, store **out, cellar_error *err)
 {
-    registry *r = s->reg;
-    if (r)
-        pthread_mutex_lock(&r->lock);
-    s->refs++;
-    if (r)
-        pthread_mutex_unlock(&r->lock);
-    return s;
+    *out = NULL;
+    char *path = NULL;
+    int rc = resolve_inside(r, name, &path, err);
+    if (rc)
+        return rc;
+    file_identity id;
+    if (read_identity(path, backend_of(name), &id) != 0) {
+        free(path);
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no store named '%s'", name);
+    }
+    store *victims[1];
+    size_t n_victims = 0;
+    pthread_mutex_lock(&r->lock);
+    *out = take_current_locked(r, name, &id, victims, &n_victims);
+    pthread_mutex_unlock(&r->lock);
+    free_victims(victims, n_victims);
+    if (!*out) {
+        pthread_mutex_lock(&r->open_lock);
+        rc = open_and_install(r, name, path, &id, out, err);
+        pthread_mutex_unlock(&r->open_lock);
+    }
+    free(path);
+    return rc;
 }
 
 void store_release(store *s)
