@@ -538,6 +538,17 @@ int registry_get(registry *r, const char *name, store **out, cellar_error *err)
     return rc;
 }
 
+store *store_ref(store *s)
+{
+    registry *r = s->reg;
+    if (r)
+        pthread_mutex_lock(&r->lock);
+    s->refs++;
+    if (r)
+        pthread_mutex_unlock(&r->lock);
+    return s;
+}
+
 void store_release(store *s)
 {
     if (!s)
