@@ -38,6 +38,14 @@ int api_frame_schema(api_request *req, api_response *res, cellar_error *err);
  * absent; reverse (mod_rows=): the 0-based global rows. */
 int api_map(api_request *req, api_response *res, cellar_error *err);
 
+/* GET/HEAD /v1/stores/{store}/zarr/{key} (api/zarr_raw.c): req->key is the
+ * zarr key (decoded segments joined by '/').  Streams the key's file of a
+ * .zarr store from disk (res->fd), with Range, ETag/Last-Modified of the
+ * key and conditional requests answered here; a v2 store without
+ * .zmetadata gets one built.  404 for a missing key, a key that is not a
+ * plain relative path inside the store, and on HDF5 stores. */
+int api_zarr_raw(api_request *req, api_response *res, cellar_error *err);
+
 /* ---- helpers shared by the api/ handlers (not for the router) ---- */
 
 /* Resolves the AnnData group {ad} of the request: the store root, or

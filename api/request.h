@@ -53,7 +53,19 @@ typedef struct api_request {
     size_t n_query;
     json_t *body;              /* POST: the parsed JSON object; else NULL */
     const char *accept;        /* Accept header or NULL */
+
+    /* Any request header by name (case-insensitive), NULL when absent; set
+     * by the server (header_ctx is its connection).  May be NULL in unit
+     * tests: use api_request_header. */
+    const char *(*header)(void *header_ctx, const char *name);
+    void *header_ctx;
 } api_request;
+
+/* req->header(name) when the server set it, else NULL. */
+static inline const char *api_request_header(const api_request *req, const char *name)
+{
+    return req->header ? req->header(req->header_ctx, name) : NULL;
+}
 
 #define API_MAX_HEADERS 8
 
@@ -65,6 +77,15 @@ typedef struct api_response {
         const char *name, *value; /* value from the request arena */
     } headers[API_MAX_HEADERS];
     size_t n_headers;
+    /* A file-backed body instead of `body` (raw zarr keys): fd >= 0 is sent
+     * from fd_offset for fd_length bytes without copying (sendfile) and
+     * without compression; the server closes fd.  -1 (the server's initial
+     * value) = none.  A handler that sets an ETag header itself also sets
+     * Last-Modified and Cache-Control and answers conditional requests
+     * itself (status 304, no body): the server then adds none of the store
+     * version's validators. */
+    int fd;
+    uint64_t fd_offset, fd_length;
 } api_response;
 
 typedef int (*api_handler)(api_request *req, api_response *res, cellar_error *err);

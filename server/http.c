@@ -200,12 +200,21 @@ static int content_compressible(const char *type)
                     strstr(type, "octet-stream") || strstr(type, "npy"));
 }
 
+/* Whether the handler set header `name` itself. */
+static int res_has_header(const api_response *res, const char *name)
+{
+    for (size_t i = 0; i < res->n_headers; i++)
+        if (!strcasecmp(res->headers[i].name, name))
+            return 1;
+    return 0;
+}
+
 static void add_common_headers(request_ctx *ctx, struct MHD_Response *r)
 {
     http_server *srv = ctx->srv;
     MHD_add_response_header(r, "Access-Control-Allow-Origin", srv->cfg->cors_origin);
     MHD_add_response_header(r, "Access-Control-Expose-Headers", cors_expose);
-    if (ctx->req.store) {
+    if (ctx->req.store && !res_has_header(&ctx->res, "ETag")) {
         char date[64];
         http_date(store_mtime(ctx->req.store), date, sizeof date);
         MHD_add_response_header(r, "ETag", store_etag(ctx->req.store));
@@ -220,7 +229,8 @@ static enum MHD_Result send_body(request_ctx *ctx, struct MHD_Connection *conn, 
 {
     const char *ae = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept-Encoding");
     const char *encoding = NULL;
-    int pick = body->len >= COMPRESS_MIN_BYTES && content_compressible(content_type)
+    int pick = status == 200 && body->len >= COMPRESS_MIN_BYTES &&
+                       content_compressible(content_type)
                    ? pick_encoding(ae)
                    : 0;
     if (pick) {
@@ -254,6 +264,35 @@ static enum MHD_Result send_body(request_ctx *ctx, struct MHD_Connection *conn, 
             MHD_add_response_header(r, extra->headers[i].name, extra->headers[i].value);
     ctx->status = status;
     ctx->bytes_out = len;
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* A file-backed body (res->fd, sent with sendfile, never compressed) or a
+ * bodiless 304 from a handler that answers conditionals itself. */
+static enum MHD_Result send_direct(request_ctx *ctx, struct MHD_Connection *conn)
+{
+    api_response *res = &ctx->res;
+    struct MHD_Response *r = NULL;
+    if (res->fd >= 0 && res->fd_length > 0) {
+        r = MHD_create_response_from_fd_at_offset64(res->fd_length, res->fd,
+                                                    (int64_t)res->fd_offset);
+        if (r)
+            res->fd = -1; /* the response closes it */
+    } else {
+        r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    }
+    if (!r)
+        return MHD_NO;
+    int status = res->status ? res->status : 200;
+    if (status != 304 && res->content_type)
+        MHD_add_response_header(r, "Content-Type", res->content_type);
+    add_common_headers(ctx, r);
+    for (size_t i = 0; i < res->n_headers; i++)
+        MHD_add_response_header(r, res->headers[i].name, res->headers[i].value);
+    ctx->status = status;
+    ctx->bytes_out = status == 304 ? 0 : res->fd_length;
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
     MHD_destroy_response(r);
     return ret;
@@ -356,6 +395,11 @@ static int parse_body(request_ctx *ctx, cellar_error *err)
     return 0;
 }
 
+static const char *request_header(void *conn, const char *name)
+{
+    return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
+}
+
 static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, const char *url)
 {
     api_request *req = &ctx->req;
@@ -374,6 +418,8 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
     }
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_query_arg, ctx);
     req->accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept");
+    req->header = request_header;
+    req->header_ctx = conn;
 
     if (!ctx->route.handler) {
         buf body = {0};
@@ -385,7 +431,8 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
         }
         return send_body(ctx, conn, 200, type, &body, NULL);
     }
-    if (ctx->route.needs_store) {
+    /* The raw zarr route answers conditionals with each key's validators. */
+    if (ctx->route.needs_store && ctx->route.id != ROUTE_ZARR_RAW) {
         rc = api_open_store(req, &err);
         if (rc)
             return send_problem(ctx, conn, &err, NULL);
@@ -413,6 +460,8 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
         cellar_fail(&err, CELLAR_ENOMEM, "out of memory building the answer");
         return send_problem(ctx, conn, &err, NULL);
     }
+    if (ctx->res.fd >= 0 || ctx->res.status == 304)
+        return send_direct(ctx, conn);
     return send_body(ctx, conn, ctx->res.status ? ctx->res.status : 200,
                      ctx->res.content_type ? ctx->res.content_type : "application/json",
                      &ctx->res.body, &ctx->res);
@@ -442,6 +491,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         ctx->req.path = arena_strdup(ctx->arena, url);
         ctx->req.config = &srv->api_cfg;
         ctx->req.registry = srv->reg;
+        ctx->res.fd = -1;
         atomic_fetch_add(&srv->in_flight, 1);
         *con_cls = ctx;
         return MHD_YES;
@@ -475,6 +525,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         fprintf(stderr, "%s %s %d %llu %llu\n", ctx->req.method, ctx->req.path,
                 ctx->status, (unsigned long long)ctx->bytes_out, (unsigned long long)us);
     metrics_observe(srv->metrics, ctx->route.id, ctx->status, us, ctx->bytes_out);
+    if (ctx->res.fd >= 0)
+        close(ctx->res.fd);
     store_release(ctx->req.store);
     json_decref(ctx->req.body);
     buf_destroy(&ctx->res.body);

@@ -29,6 +29,7 @@ static const route_def routes[ROUTE_COUNT] = {
     [ROUTE_FRAME] = {ROUTE_FRAME, "{ad}/{obs|var}", api_frame, READ_POST},
     [ROUTE_FRAME_SCHEMA] = {ROUTE_FRAME_SCHEMA, "{ad}/{obs|var}/schema", api_frame_schema, READ},
     [ROUTE_MAP] = {ROUTE_MAP, "/v1/stores/{store}/{obsmap|varmap}/{mod}", api_map, READ_POST},
+    [ROUTE_ZARR_RAW] = {ROUTE_ZARR_RAW, "/v1/stores/{store}/zarr/{key}", api_zarr_raw, READ},
 };
 
 /* Element routes under an AnnData prefix: literal segments, "*" captures. */
@@ -150,6 +151,32 @@ static int match_element(char **seg, size_t n, api_request *req, route_match *ou
     return CELLAR_ENOTFOUND;
 }
 
+/* /zarr/{key...}: the key is the decoded segments joined by '/'; a segment
+ * that decoded to hold '/' (%2F) names no file, and "" is left to the
+ * handler to refuse. */
+static int match_zarr_key(char **seg, size_t n, api_request *req, route_match *out)
+{
+    size_t total = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (strchr(seg[i], '/'))
+            return CELLAR_ENOTFOUND;
+        total += strlen(seg[i]) + 1;
+    }
+    char *key = arena_alloc(req->arena, total);
+    if (!key)
+        return CELLAR_ENOMEM;
+    key[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            strcat(key, "/");
+        strcat(key, seg[i]);
+    }
+    req->element = "zarr";
+    req->key = key;
+    set_route(out, ROUTE_ZARR_RAW);
+    return 0;
+}
+
 static int match_store_rest(char **seg, size_t n, api_request *req, route_match *out)
 {
     if (n == 0) {
@@ -160,6 +187,8 @@ static int match_store_rest(char **seg, size_t n, api_request *req, route_match 
         set_route(out, ROUTE_MOD_LIST);
         return 0;
     }
+    if (n >= 1 && !strcmp(seg[0], "zarr"))
+        return match_zarr_key(seg + 1, n - 1, req, out);
     if (n == 2 && (!strcmp(seg[0], "obsmap") || !strcmp(seg[0], "varmap"))) {
         req->element = seg[0];
         req->mod = seg[1];

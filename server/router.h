@@ -18,6 +18,7 @@ typedef enum route_id {
     ROUTE_FRAME,
     ROUTE_FRAME_SCHEMA,
     ROUTE_MAP,
+    ROUTE_ZARR_RAW,
     ROUTE_COUNT
 } route_id;
 

@@ -1,0 +1,487 @@
+/* GET/HEAD /v1/stores/{store}/zarr/{key}: the stored bytes of one key of a
+ * .zarr directory store, so zarr clients (zarr-python over fsspec HTTP,
+ * zarrita.js) read a store through cellar unchanged.
+ *
+ * The key's file is opened here and handed to the server as res->fd, which
+ * sends it with sendfile (no copy, no compression).  Keys are resolved as
+ * strictly as store names: plain relative segments only, and the opened
+ * file must lie inside the store directory (checked on the opened fd, so a
+ * symlink swapped in between cannot escape).  Anything that is not a
+ * regular file inside the store is 404, never 403.
+ *
+ * Validators are the key's own: the store version's ETag combined with the
+ * file's inode, size and mtime (a chunk rewritten in place changes it), and
+ * the file's mtime as Last-Modified; `Cache-Control: no-cache` because
+ * chunks may be rewritten in place.  If-None-Match (then If-Modified-Since)
+ * answers 304.
+ *
+ * Range: one `bytes=a-b`, `bytes=a-` or `bytes=-n` answers 206 with
+ * Content-Range; an unsatisfiable one 416 with `Content-Range: bytes
+ * * /size`.  Several ranges in one header are answered 200 with the whole
+ * body (RFC 9110 14.2 lets a server ignore Range); a Range that is not in
+ * bytes or not well-formed is ignored the same way.  If-Range is honoured.
+ *
+ * A v2 store without .zmetadata is answered `.zmetadata` with consolidated
+ * metadata built from its per-node files (zarr_build_consolidated), cached
+ * per store version, so clients do not probe key by key. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/handlers.h"
+#include "api/problem.h"
+#include "storage/zarr.h"
+
+#define KEY_MAX 2048
+
+typedef enum range_kind { RANGE_WHOLE = 0, RANGE_PART, RANGE_UNSATISFIABLE } range_kind;
+
+/* A key is a relative path of plain segments: no "", ".", ".." segments, no
+ * leading '/', no backslash or control characters. */
+static int key_is_safe(const char *key)
+{
+    size_t len = strlen(key);
+    if (len == 0 || len > KEY_MAX || key[0] == '/')
+        return 0;
+    for (const char *p = key; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f || *p == '\\')
+            return 0;
+    const char *s = key;
+    for (;;) {
+        const char *e = strchr(s, '/');
+        size_t seg = e ? (size_t)(e - s) : strlen(s);
+        if (seg == 0 || (seg == 1 && s[0] == '.') || (seg == 2 && s[0] == '.' && s[1] == '.'))
+            return 0;
+        if (!e)
+            return 1;
+        s = e + 1;
+    }
+}
+
+static const char *base_name(const char *key)
+{
+    const char *slash = strrchr(key, '/');
+    return slash ? slash + 1 : key;
+}
+
+/* Metadata documents are JSON; everything else (chunks, shards) is bytes. */
+static const char *key_content_type(const char *key)
+{
+    static const char *const meta[] = {".zarray", ".zgroup", ".zattrs", ".zmetadata",
+                                       "zarr.json"};
+    const char *b = base_name(key);
+    for (size_t i = 0; i < sizeof meta / sizeof *meta; i++)
+        if (!strcmp(b, meta[i]))
+            return "application/json";
+    return "application/octet-stream";
+}
+
+static void http_date(struct timespec ts, char *out, size_t n)
+{
+    struct tm tm;
+    time_t t = ts.tv_sec;
+    gmtime_r(&t, &tm);
+    strftime(out, n, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+}
+
+static int parse_http_date(const char *text, time_t *out)
+{
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *end = strptime(text, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    if (!end)
+        return -1;
+    *out = timegm(&tm);
+    return 0;
+}
+
+/* The key's validator: the store version's ETag (quoted) with the file's
+ * identity appended inside the quotes. */
+static char *key_etag(arena *a, const char *store_tag, const struct stat *st)
+{
+    size_t len = strlen(store_tag);
+    if (len < 2)
+        return NULL;
+    char tail[96];
+    snprintf(tail, sizeof tail, "-k%" PRIx64 "-%" PRIx64 "-%" PRIx64 ".%lx\"",
+             (uint64_t)st->st_ino, (uint64_t)st->st_size, (uint64_t)st->st_mtim.tv_sec,
+             (unsigned long)st->st_mtim.tv_nsec);
+    char *out = arena_alloc(a, len - 1 + strlen(tail) + 1);
+    if (!out)
+        return NULL;
+    memcpy(out, store_tag, len - 1);
+    strcpy(out + len - 1, tail);
+    return out;
+}
+
+/* If-None-Match: a list of entity tags or "*"; weak comparison (a W/
+ * prefix is ignored). */
+static int etag_list_matches(const char *header, const char *etag)
+{
+    size_t elen = strlen(etag);
+    const char *s = header;
+    while (*s) {
+        while (*s == ' ' || *s == '\t' || *s == ',')
+            s++;
+        if (!*s)
+            break;
+        if (*s == '*')
+            return 1;
+        if (!strncmp(s, "W/", 2))
+            s += 2;
+        const char *e = s;
+        if (*e == '"') {
+            e = strchr(e + 1, '"');
+            e = e ? e + 1 : s + strlen(s);
+        } else {
+            while (*e && *e != ',')
+                e++;
+        }
+        if ((size_t)(e - s) == elen && !memcmp(s, etag, elen))
+            return 1;
+        s = e;
+    }
+    return 0;
+}
+
+/* Parses a decimal number; -1 when empty, not digits or over 2^62. */
+static int parse_u64(const char *s, size_t len, uint64_t *out)
+{
+    if (len == 0 || len > 18)
+        return -1;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+/* Interprets a Range header against a body of `size` bytes. */
+static range_kind parse_range(const char *header, uint64_t size, uint64_t *first,
+                              uint64_t *len)
+{
+    while (*header == ' ')
+        header++;
+    if (strncasecmp(header, "bytes=", 6) != 0)
+        return RANGE_WHOLE; /* another unit: ignored */
+    const char *spec = header + 6;
+    while (*spec == ' ')
+        spec++;
+    if (strchr(spec, ','))
+        return RANGE_WHOLE; /* several ranges: the whole body, 200 */
+    size_t n = strlen(spec);
+    while (n && (spec[n - 1] == ' ' || spec[n - 1] == '\t'))
+        n--;
+    const char *dash = memchr(spec, '-', n);
+    if (!dash)
+        return RANGE_WHOLE; /* malformed: ignored */
+    size_t a_len = (size_t)(dash - spec), b_len = n - a_len - 1;
+    uint64_t a = 0, b = 0;
+    if (a_len == 0) { /* bytes=-n: the last n bytes */
+        if (parse_u64(dash + 1, b_len, &b) != 0)
+            return RANGE_WHOLE;
+        if (b == 0 || size == 0)
+            return RANGE_UNSATISFIABLE;
+        if (b > size)
+            b = size;
+        *first = size - b;
+        *len = b;
+        return RANGE_PART;
+    }
+    if (parse_u64(spec, a_len, &a) != 0)
+        return RANGE_WHOLE;
+    if (b_len == 0) {
+        b = UINT64_MAX;
+    } else {
+        if (parse_u64(dash + 1, b_len, &b) != 0)
+            return RANGE_WHOLE;
+        if (b < a)
+            return RANGE_UNSATISFIABLE;
+    }
+    if (a >= size)
+        return RANGE_UNSATISFIABLE;
+    if (b >= size)
+        b = size - 1;
+    *first = a;
+    *len = b - a + 1;
+    return RANGE_PART;
+}
+
+/* If-Range: the Range applies only when the validator still matches
+ * (an entity tag compared strongly, or the exact Last-Modified date). */
+static int if_range_holds(const char *header, const char *etag, struct timespec mtime)
+{
+    if (!header)
+        return 1;
+    while (*header == ' ')
+        header++;
+    if (header[0] == '"')
+        return !strcmp(header, etag);
+    if (!strncmp(header, "W/", 2))
+        return 0;
+    time_t t;
+    return parse_http_date(header, &t) == 0 && t == mtime.tv_sec;
+}
+
+typedef struct validators {
+    const char *etag;
+    struct timespec mtime;
+} validators;
+
+static int add_validators(api_request *req, api_response *res, const validators *v,
+                          cellar_error *err)
+{
+    char date[64];
+    http_date(v->mtime, date, sizeof date);
+    if (api_add_header(req, res, "ETag", v->etag) ||
+        api_add_header(req, res, "Last-Modified", date) ||
+        api_add_header(req, res, "Cache-Control", "no-cache") ||
+        api_add_header(req, res, "Accept-Ranges", "bytes"))
+        return cellar_fail(err, CELLAR_EINTERNAL, "too many response headers");
+    return 0;
+}
+
+/* 304 when the client's copy is current: If-None-Match, else
+ * If-Modified-Since (whole seconds). */
+static int not_modified(const api_request *req, const validators *v)
+{
+    const char *inm = api_request_header(req, "If-None-Match");
+    if (inm)
+        return etag_list_matches(inm, v->etag);
+    const char *ims = api_request_header(req, "If-Modified-Since");
+    time_t since;
+    return ims && parse_http_date(ims, &since) == 0 && v->mtime.tv_sec <= since;
+}
+
+/* Decides status and the byte span [*first, *first + *len) of a body of
+ * `size` bytes: 304, 206, 416 (with its problem body) or 200.  Adds the
+ * headers. */
+static int answer_span(api_request *req, api_response *res, const validators *v,
+                       uint64_t size, uint64_t *first, uint64_t *len, cellar_error *err)
+{
+    int rc = add_validators(req, res, v, err);
+    if (rc)
+        return rc;
+    *first = 0;
+    *len = size;
+    if (not_modified(req, v)) {
+        res->status = 304;
+        *len = 0;
+        return 0;
+    }
+    res->status = 200;
+    const char *range = api_request_header(req, "Range");
+    if (!range || !if_range_holds(api_request_header(req, "If-Range"), v->etag, v->mtime))
+        return 0;
+    char text[96];
+    switch (parse_range(range, size, first, len)) {
+    case RANGE_WHOLE:
+        *first = 0;
+        *len = size;
+        return 0;
+    case RANGE_PART:
+        snprintf(text, sizeof text, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, *first,
+                 *first + *len - 1, size);
+        res->status = 206;
+        break;
+    case RANGE_UNSATISFIABLE: {
+        snprintf(text, sizeof text, "bytes */%" PRIu64, size);
+        cellar_error e;
+        cellar_error_clear(&e);
+        cellar_fail(&e, CELLAR_ERANGE, "the range '%.100s' is outside key '%.300s' (%" PRIu64
+                    " bytes)", range, req->key, size);
+        res->status = problem_render(&e, req->path, &res->body);
+        res->content_type = PROBLEM_CONTENT_TYPE;
+        *first = 0;
+        *len = 0;
+        break;
+    }
+    }
+    if (api_add_header(req, res, "Content-Range", text))
+        return cellar_fail(err, CELLAR_EINTERNAL, "too many response headers");
+    return 0;
+}
+
+/* ---- built .zmetadata ---- */
+
+typedef struct built_doc {
+    char *text;
+    size_t len;
+} built_doc;
+
+static int build_zmetadata(void *ctx, void **value, size_t *bytes, cellar_error *err)
+{
+    built_doc *doc = calloc(1, sizeof *doc);
+    if (!doc)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    int rc = zarr_build_consolidated(ctx, &doc->text, &doc->len, err);
+    if (rc) {
+        free(doc);
+        return rc;
+    }
+    *value = doc;
+    *bytes = sizeof *doc + doc->len;
+    return 0;
+}
+
+static void free_zmetadata(void *value)
+{
+    built_doc *doc = value;
+    if (doc)
+        free(doc->text);
+    free(doc);
+}
+
+static int serve_built_zmetadata(api_request *req, api_response *res, cellar_error *err)
+{
+    store *s = req->store;
+    void *value = NULL;
+    int rc = store_derived(s, "zarr-raw:.zmetadata", build_zmetadata, (void *)store_path(s),
+                           free_zmetadata, &value, err);
+    if (rc)
+        return rc;
+    const built_doc *doc = value;
+    const char *tag = store_etag(s);
+    size_t tl = strlen(tag);
+    char *etag = arena_alloc(req->arena, tl + 16);
+    if (!etag || tl < 2)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    memcpy(etag, tag, tl - 1);
+    strcpy(etag + tl - 1, "-zmetadata\"");
+    validators v = {etag, store_mtime(s)};
+    uint64_t first = 0, len = 0;
+    rc = answer_span(req, res, &v, doc->len, &first, &len, err);
+    if (rc)
+        return rc;
+    if (res->status == 200 || res->status == 206) {
+        res->content_type = "application/json";
+        if (buf_append(&res->body, doc->text + first, (size_t)len) != 0)
+            return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+/* ---- files ---- */
+
+/* Whether the file open as fd lies inside dir (a canonical path), judged
+ * on the opened file itself; path is what was opened (for the fallback
+ * when /proc is not mounted). */
+static int fd_inside(int fd, const char *path, const char *dir)
+{
+    char link[64], real[PATH_MAX + 1];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, real, sizeof real - 1);
+    if (n > 0) {
+        real[n] = '\0';
+    } else {
+        char *r = realpath(path, NULL);
+        if (!r)
+            return 0;
+        snprintf(real, sizeof real, "%s", r);
+        free(r);
+    }
+    size_t dl = strlen(dir);
+    return !strncmp(real, dir, dl) && real[dl] == '/';
+}
+
+/* Opens key inside dir: a regular file that stays inside.  Returns the fd
+ * (>= 0), CELLAR_ENOTFOUND (errno-like reasons kept out of the detail),
+ * or CELLAR_EIO. */
+static int open_key(const char *dir, const char *key, struct stat *st, int *missing)
+{
+    *missing = 0;
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof path, "%s/%s", dir, key);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return CELLAR_ENOTFOUND;
+    /* O_NONBLOCK: a FIFO planted in the store must not hang the thread. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            *missing = 1;
+        return errno == EMFILE || errno == ENFILE || errno == EIO ? CELLAR_EIO
+                                                                    : CELLAR_ENOTFOUND;
+    }
+    if (fstat(fd, st) != 0) {
+        close(fd);
+        return CELLAR_EIO;
+    }
+    if (!S_ISREG(st->st_mode) || !fd_inside(fd, path, dir)) {
+        if (S_ISREG(st->st_mode))
+            fprintf(stderr, "cellar: refused zarr key '%.300s': resolves outside its store\n",
+                    key);
+        close(fd);
+        return CELLAR_ENOTFOUND;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0)
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    return fd;
+}
+
+int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
+{
+    static const char *const allowed[] = {NULL};
+    int rc = api_check_params(req, allowed, err);
+    if (rc)
+        return rc;
+    rc = api_open_store(req, err);
+    if (rc)
+        return rc;
+    store *s = req->store;
+    const char *name = store_name(s);
+    if (store_get_backend(s) != BACKEND_ZARR)
+        return cellar_fail(err, CELLAR_ENOTFOUND,
+                           "store '%.300s' is HDF5: raw zarr keys are served for .zarr stores "
+                           "only (a virtual zarr view of HDF5 stores is planned)",
+                           name);
+    const char *key = req->key ? req->key : "";
+    if (!*key)
+        return cellar_fail(err, CELLAR_ENOTFOUND,
+                           "name a zarr key after /zarr/ (e.g. .zgroup, zarr.json or a chunk)");
+    if (!key_is_safe(key)) {
+        fprintf(stderr, "cellar: refused zarr key '%.300s' of '%.300s' (not a plain relative key)\n",
+                key, name);
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no key '%.300s' in zarr store '%.300s'", key,
+                           name);
+    }
+    struct stat st;
+    int missing = 0;
+    int fd = open_key(store_path(s), key, &st, &missing);
+    if (fd < 0 && missing && !strcmp(key, ".zmetadata") &&
+        zarr_store_version(store_path(s)) == 2)
+        return serve_built_zmetadata(req, res, err);
+    if (fd == CELLAR_EIO)
+        return cellar_fail(err, CELLAR_EIO, "cannot open key '%.300s' of '%.300s'", key, name);
+    if (fd < 0)
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no key '%.300s' in zarr store '%.300s'", key,
+                           name);
+
+    validators v = {key_etag(req->arena, store_etag(s), &st), st.st_mtim};
+    if (!v.etag) {
+        close(fd);
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    }
+    uint64_t first = 0, len = 0;
+    rc = answer_span(req, res, &v, (uint64_t)st.st_size, &first, &len, err);
+    if (rc || (res->status != 200 && res->status != 206)) {
+        close(fd);
+        return rc;
+    }
+    res->content_type = key_content_type(key);
+    res->fd = fd;
+    res->fd_offset = first;
+    res->fd_length = len;
+    return 0;
+}
