@@ -32,7 +32,7 @@ PYTHON_FOR_VENV = $(shell sh tests/find_python.sh)
 VENV    := .venv
 PORT    ?= 8080
 
-.PHONY: all deps run test check unit pytest venv clean
+.PHONY: all deps run test check unit pytest venv clean fuzz-replay
 all: $(BUILD)/cellar
 
 # Installs the Debian packages that are missing (needs root, as on CI).
@@ -63,6 +63,21 @@ $(BUILD)/cellar: $(BUILD)/server/main.o $(BUILD)/libcellar.a
 $(BUILD)/unit_tests: $(UNIT_OBJ) $(BUILD)/libcellar.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# Fuzz targets: each tests/fuzz/*_fuzz.c also builds with a plain main that
+# replays its saved corpus (tests/fuzz/corpus/<name>/), so every past crash
+# is replayed by gcc in make test.  For libFuzzer: clang -DCELLAR_LIBFUZZER
+# -fsanitize=fuzzer,address,undefined.
+FUZZ_SRC := $(wildcard tests/fuzz/*_fuzz.c)
+FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+.SECONDARY: $(FUZZ_SRC:%.c=$(BUILD)/%.o)
+
+$(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(BUILD)/libcellar.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+
+fuzz-replay: $(FUZZ_BIN)
+	@set -e; for b in $(FUZZ_BIN); do n=$${b##*/}; $(SAN_ENV) ./$$b tests/fuzz/corpus/$${n%_fuzz}; done
+
 run: deps
 	$(MAKE) $(BUILD)/cellar
 	./$(BUILD)/cellar --root examples --bind 127.0.0.1 --port $(PORT)
@@ -89,6 +104,7 @@ pytest: $(BUILD)/cellar venv
 # One build: unit tests, then the HTTP suite against the real binary.
 check: $(BUILD)/unit_tests $(BUILD)/cellar
 	$(SAN_ENV) ./$(BUILD)/unit_tests
+	$(MAKE) fuzz-replay
 	$(MAKE) pytest
 
 # Everything, twice: a plain build, and one under AddressSanitizer and
@@ -105,4 +121,4 @@ endif
 clean:
 	rm -rf build build-san
 
--include $(LIB_OBJ:.o=.d) $(UNIT_OBJ:.o=.d) $(BUILD)/server/main.d
+-include $(LIB_OBJ:.o=.d) $(UNIT_OBJ:.o=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(BUILD)/server/main.d
