@@ -35,6 +35,20 @@ typedef struct zchunk {
     codec_vlen_item *items;
 } zchunk;
 
+/* One shard with its index loaded. */
+typedef struct shard_slot {
+    int used, missing, fd;
+    int64_t coord[NODE_MAX_DIMS];
+    uint64_t size;
+    uint64_t *pairs; /* 2 * nin: (offset, nbytes) */
+    char key[512];
+} shard_slot;
+
+/* Shards whose indexes are kept during one read (one when indexes are big),
+ * so a selection that crosses shards along its last axis does not reread
+ * them for every row of inner chunks. */
+#define SHARD_SLOTS 8
+
 typedef struct zread {
     const zarr_array *za;
     const char *dir, *what;
@@ -50,13 +64,11 @@ typedef struct zread {
     arena *a;
     char **sout;
     char *fill_copy;
-    /* sharding: the shard whose index is loaded */
+    /* sharding: the shards whose index is loaded, a few at a time */
     int64_t cps[NODE_MAX_DIMS];
     uint64_t nin;
-    int shard_loaded, shard_missing, shard_fd;
-    int64_t shard_coord[NODE_MAX_DIMS];
-    uint64_t shard_size;
-    uint64_t *pairs;
+    shard_slot slots[SHARD_SLOTS];
+    int nslots, victim;
     char key[512];
 } zread;
 
@@ -365,42 +377,66 @@ done:
     return rc;
 }
 
-static void shard_close(zread *r)
+static void shards_close(zread *r)
 {
-    if (r->shard_fd >= 0)
-        close(r->shard_fd);
-    r->shard_fd = -1;
-    r->shard_loaded = 0;
+    for (int i = 0; i < r->nslots; i++) {
+        if (r->slots[i].fd >= 0)
+            close(r->slots[i].fd);
+        free(r->slots[i].pairs);
+        memset(&r->slots[i], 0, sizeof r->slots[i]);
+        r->slots[i].fd = -1;
+    }
 }
 
-static int shard_load(zread *r, const int64_t *scoord, cellar_error *err)
+static int shard_load(zread *r, shard_slot *sl, const int64_t *scoord, cellar_error *err)
 {
     const zarr_array *za = r->za;
-    shard_close(r);
+    if (sl->fd >= 0)
+        close(sl->fd);
+    sl->fd = -1;
+    sl->used = 0;
     make_key(r, scoord);
-    int rc = open_key(r, &r->shard_fd, &r->shard_size, err);
+    memcpy(sl->key, r->key, sizeof sl->key);
+    int rc = open_key(r, &sl->fd, &sl->size, err);
     if (rc)
         return rc;
-    memcpy(r->shard_coord, scoord, sizeof r->shard_coord);
-    r->shard_loaded = 1;
-    r->shard_missing = r->shard_fd < 0;
-    if (r->shard_missing)
+    memcpy(sl->coord, scoord, sizeof sl->coord);
+    sl->missing = sl->fd < 0;
+    if (sl->missing) {
+        sl->used = 1;
         return 0;
+    }
     char what[700];
     snprintf(what, sizeof what, "shard '%s' of '%s'", r->key, r->what);
     size_t isz = (size_t)r->nin * 16 + (za->index_crc ? 4 : 0);
-    if (r->shard_size < isz)
+    if (sl->size < isz)
         return cellar_fail(err, CELLAR_EFORMAT, "%s is smaller than its index", what);
+    if (!sl->pairs && !(sl->pairs = malloc((size_t)r->nin * 2 * sizeof *sl->pairs)))
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", what);
     uint8_t *idx = malloc(isz);
     if (!idx)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", what);
-    rc = pread_all(r->shard_fd, idx, isz, za->index_at_start ? 0 : r->shard_size - isz, what,
-                   err);
+    rc = pread_all(sl->fd, idx, isz, za->index_at_start ? 0 : sl->size - isz, what, err);
     if (!rc)
         rc = codec_shard_index_decode(idx, isz, r->nin, za->index_big_endian, za->index_crc,
-                                      r->shard_size, r->pairs, what, err);
+                                      sl->size, sl->pairs, what, err);
     free(idx);
+    sl->used = rc == 0;
     return rc;
+}
+
+static int shard_find(zread *r, const int64_t *scoord, shard_slot **out, cellar_error *err)
+{
+    for (int i = 0; i < r->nslots; i++) {
+        if (r->slots[i].used && memcmp(r->slots[i].coord, scoord, sizeof r->slots[i].coord) == 0) {
+            *out = &r->slots[i];
+            return 0;
+        }
+    }
+    shard_slot *sl = &r->slots[r->victim];
+    r->victim = (r->victim + 1) % r->nslots;
+    *out = sl;
+    return shard_load(r, sl, scoord, err);
 }
 
 static int read_inner_chunk(zread *r, const int64_t *coords, zchunk *c, int *missing,
@@ -412,25 +448,25 @@ static int read_inner_chunk(zread *r, const int64_t *coords, zchunk *c, int *mis
         scoord[d] = coords[d] / r->cps[d];
         lin = lin * (uint64_t)r->cps[d] + (uint64_t)(coords[d] % r->cps[d]);
     }
-    if (!r->shard_loaded || memcmp(scoord, r->shard_coord, sizeof scoord) != 0) {
-        int rc = shard_load(r, scoord, err);
-        if (rc)
-            return rc;
-    }
+    shard_slot *sl = NULL;
+    int rc = shard_find(r, scoord, &sl, err);
+    if (rc)
+        return rc;
     *missing = 1;
-    if (r->shard_missing || r->pairs[2 * lin] == CODEC_SHARD_EMPTY)
+    if (sl->missing || sl->pairs[2 * lin] == CODEC_SHARD_EMPTY)
         return 0;
     *missing = 0;
-    uint64_t off = r->pairs[2 * lin], nb = r->pairs[2 * lin + 1];
+    uint64_t off = sl->pairs[2 * lin], nb = sl->pairs[2 * lin + 1];
+    memcpy(r->key, sl->key, sizeof r->key);
     char what[700];
     snprintf(what, sizeof what, "inner chunk %llu of shard '%s' of '%s'",
-             (unsigned long long)lin, r->key, r->what);
+             (unsigned long long)lin, sl->key, r->what);
     if (nb > ZARR_MAX_FILE)
         return cellar_fail(err, CELLAR_EFORMAT, "%s is too large", what);
     uint8_t *raw = malloc(nb ? (size_t)nb : 1);
     if (!raw)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", what);
-    int rc = pread_all(r->shard_fd, raw, (size_t)nb, off, what, err);
+    rc = pread_all(sl->fd, raw, (size_t)nb, off, what, err);
     if (rc) {
         free(raw);
         return rc;
@@ -485,7 +521,6 @@ int zarr_array_read(const zarr_array *za, const char *dir, const char *what, con
     r.es = dtype_size(za->dtype);
     r.a = a;
     r.sout = sout;
-    r.shard_fd = -1;
     int rc = codec_transpose_strides(za->ndim, r.cshape, r.ch->has_perm ? r.ch->perm : NULL,
                                      r.strides, err);
     if (rc)
@@ -504,9 +539,9 @@ int zarr_array_read(const zarr_array *za, const char *dir, const char *what, con
             r.cps[d] = za->chunk[d] / za->inner[d];
             r.nin *= (uint64_t)r.cps[d];
         }
-        r.pairs = malloc((size_t)r.nin * 2 * sizeof *r.pairs);
-        if (!r.pairs)
-            return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", what);
+        r.nslots = r.nin * 16 <= ((uint64_t)256 << 10) ? SHARD_SLOTS : 1;
+        for (int i = 0; i < r.nslots; i++)
+            r.slots[i].fd = -1;
     }
     int64_t os = 1;
     for (int d = za->ndim - 1; d >= 0; d--) {
@@ -520,8 +555,7 @@ int zarr_array_read(const zarr_array *za, const char *dir, const char *what, con
         rc = read_all_chunks(&r, err);
     for (int d = 0; d < za->ndim; d++)
         plan_free(&r.plan[d]);
-    shard_close(&r);
-    free(r.pairs);
+    shards_close(&r);
     return rc;
 }
 

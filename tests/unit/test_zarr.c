@@ -567,7 +567,8 @@ void test_zarr_v3_arrays(void)
     put_text(dir, "grp/a/zarr.json",
              "{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":[5,7],\"data_type\":\"int32\","
              "\"chunk_grid\":{\"name\":\"regular\",\"configuration\":{\"chunk_shape\":[2,3]}},"
-             "\"chunk_key_encoding\":{\"name\":\"default\",\"configuration\":{\"separator\":\"/\"}},"
+             "\"chunk_key_encoding\":{\"name\":\"default\","
+             "\"configuration\":{\"separator\":\"/\"}},"
              "\"fill_value\":42,\"codecs\":[{\"name\":\"bytes\",\"configuration\":{\"endian\":"
              "\"big\"}},{\"name\":\"gzip\",\"configuration\":{\"level\":1}}],"
              "\"attributes\":{\"encoding-type\":\"array\"}}");
@@ -576,7 +577,8 @@ void test_zarr_v3_arrays(void)
     put_text(dir, "grp/t/zarr.json",
              "{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":[5,7],\"data_type\":\"int32\","
              "\"chunk_grid\":{\"name\":\"regular\",\"configuration\":{\"chunk_shape\":[4,2]}},"
-             "\"chunk_key_encoding\":{\"name\":\"default\",\"configuration\":{\"separator\":\".\"}},"
+             "\"chunk_key_encoding\":{\"name\":\"default\","
+             "\"configuration\":{\"separator\":\".\"}},"
              "\"fill_value\":0,\"codecs\":[{\"name\":\"transpose\",\"configuration\":{\"order\":"
              "[1,0]}},{\"name\":\"bytes\",\"configuration\":{\"endian\":\"little\"}},"
              "{\"name\":\"zstd\",\"configuration\":{\"level\":0,\"checksum\":false}},"
@@ -737,7 +739,8 @@ static void put_sharded(const char *dir, const char *name, int at_start, int cor
     snprintf(meta, sizeof meta,
              "{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":[10,6],\"data_type\":\"int32\","
              "\"chunk_grid\":{\"name\":\"regular\",\"configuration\":{\"chunk_shape\":[4,6]}},"
-             "\"chunk_key_encoding\":{\"name\":\"default\",\"configuration\":{\"separator\":\"/\"}},"
+             "\"chunk_key_encoding\":{\"name\":\"default\","
+             "\"configuration\":{\"separator\":\"/\"}},"
              "\"fill_value\":-1,\"codecs\":[{\"name\":\"sharding_indexed\",\"configuration\":{"
              "\"chunk_shape\":[2,3],\"codecs\":[{\"name\":\"bytes\",\"configuration\":{"
              "\"endian\":\"little\"}},{\"name\":\"zstd\",\"configuration\":{\"level\":0}}],"
