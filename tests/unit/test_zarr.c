@@ -6,6 +6,7 @@
 #include <ftw.h>
 #include <lz4.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1006,4 +1007,61 @@ void test_zarr_meta_parse(void)
     CHECK(json_is_null(json_object_get(doc, "c")));
     json_decref(doc);
     CHECK_EQ(zarr_json_parse("{\"a\": ", 6, &doc, "t", &err), CELLAR_EFORMAT);
+}
+
+/* Many threads reading one tree at once (reads take no lock). */
+typedef struct thread_job {
+    node *root;
+    int bad;
+} thread_job;
+
+static void *thread_reads(void *arg)
+{
+    thread_job *job = arg;
+    int32_t buf[60];
+    for (int it = 0; it < 30; it++) {
+        node *n = NULL;
+        cellar_error err;
+        cellar_error_clear(&err);
+        if (node_resolve(job->root, it % 2 ? "s_end" : "s_start", &n, &err)) {
+            job->bad++;
+            continue;
+        }
+        dim_sel all[2] = {dim_sel_range(0, 10), dim_sel_range(0, 6)};
+        if (node_read(n, all, buf, sizeof buf, &err)) {
+            job->bad++;
+            continue;
+        }
+        for (int i = 0; i < 10; i++)
+            for (int j = 0; j < 6; j++)
+                job->bad += buf[i * 6 + j] != want_shard(i, j);
+    }
+    return NULL;
+}
+
+void test_zarr_threads(void)
+{
+    char *dir = make_tmpdir();
+    put_text(dir, "zarr.json", V3_GROUP);
+    put_sharded(dir, "s_end", 0, 0);
+    put_sharded(dir, "s_start", 1, 0);
+    node *root = NULL;
+    cellar_error err;
+    cellar_error_clear(&err);
+    CHECK_EQ(zarr_open(dir, &root, &err), 0);
+    if (root) {
+        pthread_t th[4];
+        thread_job jobs[4];
+        for (int i = 0; i < 4; i++) {
+            jobs[i].root = root;
+            jobs[i].bad = 0;
+            CHECK_EQ(pthread_create(&th[i], NULL, thread_reads, &jobs[i]), 0);
+        }
+        for (int i = 0; i < 4; i++) {
+            pthread_join(th[i], NULL);
+            CHECK_EQ(jobs[i].bad, 0);
+        }
+        node_tree_free(root);
+    }
+    rm_tree(dir);
 }
