@@ -46,6 +46,20 @@ int api_map(api_request *req, api_response *res, cellar_error *err);
  * plain relative path inside the store, and on HDF5 stores. */
 int api_zarr_raw(api_request *req, api_response *res, cellar_error *err);
 
+/* GET/POST {ad}/X, {ad}/layers/{name}, {ad}/obsm/{key}, {ad}/varm/{key},
+ * {ad}/obsp/{key}, {ad}/varp/{key}, and under {ad}/raw/ (api/matrix.c):
+ * req->element names the element, req->key the key.  Parameters rows |
+ * obs_names, cols | var_names (by the element's axes), layout=dense|csr,
+ * dtype=safe|stored, format=json|csv|bin|npy.  Column selections of a CSR
+ * matrix start the column index (X-Column-Index tells its state). */
+int api_matrix(api_request *req, api_response *res, cellar_error *err);
+
+/* GET {ad}/uns and {ad}/uns/{path...} (api/uns.c): req->key holds the path
+ * below uns ('/'-joined), NULL for uns itself.  Nested JSON; large arrays
+ * summarized unless named by the path.  format=json|bin|npy (bin/npy for a
+ * numeric array). */
+int api_uns(api_request *req, api_response *res, cellar_error *err);
+
 /* ---- helpers shared by the api/ handlers (not for the router) ---- */
 
 /* Resolves the AnnData group {ad} of the request: the store root, or

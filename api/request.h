@@ -24,6 +24,12 @@ typedef struct api_param {
 typedef struct api_config {
     uint64_t max_response_bytes;
     const char *cors_origin;
+    const char *cache_dir;     /* --cache-dir (derived indexes kept across restarts), or NULL */
+    /* Runs fn(arg) on a background worker (libuv's work queue); 0 when
+     * accepted (fn then runs exactly once), nonzero when refused (not
+     * running yet, or shutting down).  NULL: no background work. */
+    int (*submit_background)(void *ctx, void (*fn)(void *), void *arg);
+    void *background_ctx;
 } api_config;
 
 typedef enum api_format {

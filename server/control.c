@@ -3,7 +3,16 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <uv.h>
+
+/* A background job on its way to libuv's work queue. */
+typedef struct bg_job {
+    uv_work_t work;
+    void (*fn)(void *);
+    void *arg;
+    struct bg_job *next;
+} bg_job;
 
 typedef struct control_state {
     const control_config *cfg;
@@ -11,7 +20,82 @@ typedef struct control_state {
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t idle_timer;
     int result;
+    /* Jobs submitted by request threads, handed to the loop by bg_async
+     * (uv_queue_work may only be called on the loop thread). */
+    uv_async_t bg_async;
+    pthread_mutex_t bg_lock;
+    bg_job *bg_pending;
+    int bg_closed;
 } control_state;
+
+static void bg_work(uv_work_t *w)
+{
+    bg_job *job = w->data;
+    job->fn(job->arg);
+}
+
+static void bg_after(uv_work_t *w, int status)
+{
+    (void)status;
+    free(w->data);
+}
+
+/* On the loop thread: queues every pending job. */
+static void bg_dispatch(control_state *st)
+{
+    pthread_mutex_lock(&st->bg_lock);
+    bg_job *list = st->bg_pending;
+    st->bg_pending = NULL;
+    pthread_mutex_unlock(&st->bg_lock);
+    while (list) {
+        bg_job *next = list->next;
+        list->work.data = list;
+        if (uv_queue_work(&st->loop, &list->work, bg_work, bg_after) != 0) {
+            /* Cannot happen on a live loop; run it here rather than lose it. */
+            list->fn(list->arg);
+            free(list);
+        }
+        list = next;
+    }
+}
+
+static void on_bg_async(uv_async_t *a)
+{
+    bg_dispatch(a->data);
+}
+
+/* The async handle closes at shutdown: jobs still pending run before the
+ * loop ends (they hold store references that must be dropped). */
+static void on_bg_closed(uv_handle_t *h)
+{
+    control_state *st = h->data;
+    pthread_mutex_lock(&st->bg_lock);
+    st->bg_closed = 1;
+    pthread_mutex_unlock(&st->bg_lock);
+    bg_dispatch(st);
+}
+
+/* http_background_fn: called from request threads. */
+static int bg_submit(void *ctx, void (*fn)(void *), void *arg)
+{
+    control_state *st = ctx;
+    bg_job *job = calloc(1, sizeof *job);
+    if (!job)
+        return -1;
+    job->fn = fn;
+    job->arg = arg;
+    pthread_mutex_lock(&st->bg_lock);
+    if (st->bg_closed) {
+        pthread_mutex_unlock(&st->bg_lock);
+        free(job);
+        return -1;
+    }
+    job->next = st->bg_pending;
+    st->bg_pending = job;
+    pthread_mutex_unlock(&st->bg_lock);
+    uv_async_send(&st->bg_async);
+    return 0;
+}
 
 void control_block_signals(void)
 {
@@ -26,9 +110,10 @@ void control_block_signals(void)
 
 static void close_handle(uv_handle_t *h, void *arg)
 {
-    (void)arg;
-    if (!uv_is_closing(h))
-        uv_close(h, NULL);
+    control_state *st = arg;
+    if (uv_is_closing(h))
+        return;
+    uv_close(h, h == (uv_handle_t *)&st->bg_async ? on_bg_closed : NULL);
 }
 
 static void on_stop_signal(uv_signal_t *h, int signum)
@@ -36,9 +121,10 @@ static void on_stop_signal(uv_signal_t *h, int signum)
     control_state *st = h->data;
     fprintf(stderr, "cellar: %s: draining requests in flight\n",
             signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    http_set_background(st->cfg->http, NULL, NULL);
     http_drain_and_stop(st->cfg->http, st->cfg->drain_seconds);
     fprintf(stderr, "cellar: stopped\n");
-    uv_walk(&st->loop, close_handle, NULL);
+    uv_walk(&st->loop, close_handle, st);
 }
 
 static void on_hup(uv_signal_t *h, int signum)
@@ -91,14 +177,20 @@ int control_run(const control_config *cfg)
         every = 0.2;
     uint64_t ms = (uint64_t)(every * 1000);
     uv_timer_start(&st.idle_timer, on_idle_timer, ms, ms);
+    pthread_mutex_init(&st.bg_lock, NULL);
+    uv_async_init(&st.loop, &st.bg_async, on_bg_async);
+    st.bg_async.data = &st;
+    http_set_background(cfg->http, bg_submit, &st);
 
     pthread_t thread;
     if (pthread_create(&thread, NULL, control_thread, &st) != 0) {
+        http_set_background(cfg->http, NULL, NULL);
         uv_loop_close(&st.loop);
         return -1;
     }
     pthread_join(thread, NULL);
-    uv_run(&st.loop, UV_RUN_DEFAULT); /* let close callbacks finish */
+    uv_run(&st.loop, UV_RUN_DEFAULT); /* let close callbacks and background jobs finish */
     uv_loop_close(&st.loop);
+    pthread_mutex_destroy(&st.bg_lock);
     return 0;
 }

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <jansson.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <netdb.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -33,6 +34,10 @@ struct http_server {
     metrics *metrics;
     struct MHD_Daemon *daemon;
     atomic_uint in_flight;
+    /* Background work (http_set_background): set once the control loop runs. */
+    pthread_mutex_t bg_lock;
+    http_background_fn bg_fn;
+    void *bg_ctx;
 };
 
 typedef struct request_ctx {
@@ -564,6 +569,25 @@ static int resolve_bind(const char *host, unsigned port, struct sockaddr_storage
     return 0;
 }
 
+void http_set_background(http_server *h, http_background_fn fn, void *ctx)
+{
+    pthread_mutex_lock(&h->bg_lock);
+    h->bg_fn = fn;
+    h->bg_ctx = ctx;
+    pthread_mutex_unlock(&h->bg_lock);
+}
+
+/* api_config.submit_background: hands the job to the control loop, or
+ * refuses it while there is none. */
+static int submit_background(void *ctx, void (*fn)(void *), void *arg)
+{
+    http_server *h = ctx;
+    pthread_mutex_lock(&h->bg_lock);
+    int rc = h->bg_fn ? h->bg_fn(h->bg_ctx, fn, arg) : -1;
+    pthread_mutex_unlock(&h->bg_lock);
+    return rc;
+}
+
 http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
                         cellar_error *err)
 {
@@ -577,6 +601,10 @@ http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
     h->metrics = m;
     h->api_cfg.max_response_bytes = cfg->max_response_bytes;
     h->api_cfg.cors_origin = cfg->cors_origin;
+    h->api_cfg.cache_dir = cfg->cache_dir;
+    h->api_cfg.submit_background = submit_background;
+    h->api_cfg.background_ctx = h;
+    pthread_mutex_init(&h->bg_lock, NULL);
     struct sockaddr_storage addr;
     if (resolve_bind(cfg->bind, cfg->port, &addr, err) != 0) {
         free(h);
@@ -624,5 +652,6 @@ void http_drain_and_stop(http_server *h, double drain_seconds)
         nanosleep(&pause, NULL);
     }
     MHD_stop_daemon(h->daemon);
+    pthread_mutex_destroy(&h->bg_lock);
     free(h);
 }

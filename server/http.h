@@ -22,6 +22,15 @@ http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
  * flight, then stops and frees the server. */
 void http_drain_and_stop(http_server *h, double drain_seconds);
 
+/* Runs fn(arg) on a background worker; 0 when accepted, nonzero when
+ * refused.  Called from request threads. */
+typedef int (*http_background_fn)(void *ctx, void (*fn)(void *), void *arg);
+
+/* Where handlers' background jobs go (api_config.submit_background): the
+ * control loop sets it once running; until then, or with fn NULL, jobs are
+ * refused and handlers do without. */
+void http_set_background(http_server *h, http_background_fn fn, void *ctx);
+
 /* Requests being answered right now. */
 unsigned http_in_flight(http_server *h);
 

@@ -30,6 +30,8 @@ static const route_def routes[ROUTE_COUNT] = {
     [ROUTE_FRAME_SCHEMA] = {ROUTE_FRAME_SCHEMA, "{ad}/{obs|var}/schema", api_frame_schema, READ},
     [ROUTE_MAP] = {ROUTE_MAP, "/v1/stores/{store}/{obsmap|varmap}/{mod}", api_map, READ_POST},
     [ROUTE_ZARR_RAW] = {ROUTE_ZARR_RAW, "/v1/stores/{store}/zarr/{key}", api_zarr_raw, READ},
+    [ROUTE_MATRIX] = {ROUTE_MATRIX, "{ad}/{X|layers|obsm|varm|obsp|varp}", api_matrix, READ_POST},
+    [ROUTE_UNS] = {ROUTE_UNS, "{ad}/uns/{path}", api_uns, READ},
 };
 
 /* Element routes under an AnnData prefix: literal segments, "*" captures. */
@@ -43,6 +45,12 @@ static const element_route element_routes[] = {
     {{"var", NULL, NULL}, ROUTE_FRAME},
     {{"obs", "schema", NULL}, ROUTE_FRAME_SCHEMA},
     {{"var", "schema", NULL}, ROUTE_FRAME_SCHEMA},
+    {{"X", NULL, NULL}, ROUTE_MATRIX},
+    {{"layers", "*", NULL}, ROUTE_MATRIX},
+    {{"obsm", "*", NULL}, ROUTE_MATRIX},
+    {{"varm", "*", NULL}, ROUTE_MATRIX},
+    {{"obsp", "*", NULL}, ROUTE_MATRIX},
+    {{"varp", "*", NULL}, ROUTE_MATRIX},
 };
 
 const char *router_route_name(route_id id)
@@ -123,6 +131,34 @@ static int store_suffix(const char *s)
     return 0;
 }
 
+/* {ad}/uns[/{path...}]: the path below uns is the decoded segments joined
+ * by '/' (NULL for uns itself); a segment that decoded to hold '/' names no
+ * element. */
+static int match_uns(char **seg, size_t n, api_request *req, route_match *out)
+{
+    size_t total = 1;
+    for (size_t i = 1; i < n; i++) {
+        if (strchr(seg[i], '/') || !seg[i][0])
+            return CELLAR_ENOTFOUND;
+        total += strlen(seg[i]) + 1;
+    }
+    char *key = NULL;
+    if (n > 1) {
+        key = arena_alloc(req->arena, total);
+        if (!key)
+            return CELLAR_ENOMEM;
+        for (size_t i = 1; i < n; i++) {
+            if (i > 1)
+                strcat(key, "/");
+            strcat(key, seg[i]);
+        }
+    }
+    req->element = seg[0];
+    req->key = key;
+    set_route(out, ROUTE_UNS);
+    return 0;
+}
+
 /* Matches the segments after an AnnData prefix. */
 static int match_element(char **seg, size_t n, api_request *req, route_match *out)
 {
@@ -131,6 +167,8 @@ static int match_element(char **seg, size_t n, api_request *req, route_match *ou
         seg++;
         n--;
     }
+    if (n >= 1 && !strcmp(seg[0], "uns"))
+        return match_uns(seg, n, req, out);
     for (size_t r = 0; r < sizeof element_routes / sizeof *element_routes; r++) {
         const element_route *er = &element_routes[r];
         size_t len = 0;

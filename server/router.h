@@ -19,6 +19,8 @@ typedef enum route_id {
     ROUTE_FRAME_SCHEMA,
     ROUTE_MAP,
     ROUTE_ZARR_RAW,
+    ROUTE_MATRIX,
+    ROUTE_UNS,
     ROUTE_COUNT
 } route_id;
 

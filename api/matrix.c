@@ -1,0 +1,547 @@
+/* Matrix routes: {ad}/X, {ad}/layers/{name}, {ad}/obsm/{key}, {ad}/varm/{key},
+ * {ad}/obsp/{key}, {ad}/varp/{key} (and raw/X, raw/varm/{key}). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/csv_out.h"
+#include "api/handlers.h"
+#include "api/json_out.h"
+#include "storage/anndata.h"
+#include "storage/column_index.h"
+#include "storage/matrix.h"
+
+#define MATRIX_FORMATS                                                                    \
+    ((1u << FORMAT_JSON) | (1u << FORMAT_CSV) | (1u << FORMAT_BIN) | (1u << FORMAT_NPY))
+
+/* What names an axis of an element: the obs or var index, or positions only. */
+typedef enum axis_kind { AXIS_POSITIONS = 0, AXIS_OBS, AXIS_VAR } axis_kind;
+
+typedef struct matrix_req {
+    const char *what;          /* "X", "layers/counts", "obsm/X_umap", for messages */
+    node *ad;                  /* the AnnData group ({ad} or {ad}/raw) */
+    node *parent;              /* the AnnData that owns obs ({ad} itself, or raw's owner) */
+    matrix m;
+    axis_kind row_axis, col_axis;
+    dim_sel rows, cols;
+    int rows_listed, cols_listed;  /* given as a list or by names: echo positions */
+    api_format fmt;
+    int csr;                   /* layout=csr */
+    int safe;                  /* dtype=safe */
+    const column_index *ci;
+    column_index_state ci_state;
+    size_t ci_bytes;
+    int ci_asked;              /* a column selection of a CSR matrix */
+} matrix_req;
+
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static uint64_t mul_sat(uint64_t a, uint64_t b)
+{
+    return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+/* Longest JSON/CSV text of one value, separator included. */
+static uint64_t text_size(dtype_kind dt)
+{
+    switch (dt) {
+    case DT_BOOL: return 6;
+    case DT_INT8: case DT_UINT8: return 5;
+    case DT_INT16: case DT_UINT16: return 7;
+    case DT_INT32: case DT_UINT32: return 12;
+    case DT_INT64: case DT_UINT64: return 21;
+    case DT_FLOAT16: return 12;
+    case DT_FLOAT32: return 16;
+    default: return 25;
+    }
+}
+
+/* The dtype of a binary answer: float16 widens to float32 under dtype=safe. */
+static dtype_kind out_dtype(const matrix_req *mr)
+{
+    return mr->safe && mr->m.dtype == DT_FLOAT16 ? DT_FLOAT32 : mr->m.dtype;
+}
+
+/* ---- resolving the element ---- */
+
+static int resolve_groups(api_request *req, matrix_req *mr, cellar_error *err)
+{
+    int raw = req->raw;
+    req->raw = 0;
+    int rc = api_ad_group(req, &mr->parent, err);
+    req->raw = raw;
+    if (rc)
+        return rc;
+    return api_ad_group(req, &mr->ad, err);
+}
+
+static int element_axes(const char *el, matrix_req *mr)
+{
+    static const struct {
+        const char *name;
+        axis_kind rows, cols;
+    } kinds[] = {
+        {"X", AXIS_OBS, AXIS_VAR},       {"layers", AXIS_OBS, AXIS_VAR},
+        {"obsm", AXIS_OBS, AXIS_POSITIONS}, {"varm", AXIS_VAR, AXIS_POSITIONS},
+        {"obsp", AXIS_OBS, AXIS_OBS},    {"varp", AXIS_VAR, AXIS_VAR},
+    };
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        if (strcmp(el, kinds[i].name) == 0) {
+            mr->row_axis = kinds[i].rows;
+            mr->col_axis = kinds[i].cols;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int open_element(api_request *req, matrix_req *mr, cellar_error *err)
+{
+    const char *el = req->element ? req->element : "";
+    if (element_axes(el, mr))
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no matrix element '%s'", el);
+    int rc = resolve_groups(req, mr, err);
+    if (rc)
+        return rc;
+    const char *prefix = req->raw ? "raw/" : "";
+    mr->what = req->key ? arena_printf(req->arena, "%s%s/%s", prefix, el, req->key)
+                        : arena_printf(req->arena, "%s%s", prefix, el);
+    if (!mr->what)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    if (req->mod)
+        mr->what = arena_printf(req->arena, "%s of modality '%s'", mr->what, req->mod);
+    if (!mr->what)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    node *n = node_child_opt(mr->ad, el);
+    if (n && req->key) {
+        if (node_get_info(n)->type != NODE_GROUP)
+            n = NULL;
+        else
+            n = node_child_opt(n, req->key);
+    }
+    if (!n)
+        return cellar_fail(err, CELLAR_ENOTFOUND, "store '%s' has no %s", req->store_name,
+                           mr->what);
+    const char *enc = element_encoding(n);
+    if (enc && strcmp(enc, "dataframe") == 0)
+        return cellar_fail(err, CELLAR_ENOTACCEPT,
+                           "%s is a data frame; data frames in obsm/varm are not served as "
+                           "matrices yet",
+                           mr->what);
+    if (enc && strcmp(enc, "null") == 0)
+        return cellar_fail(err, CELLAR_ENOTFOUND, "%s is null (no matrix stored)", mr->what);
+    rc = matrix_open(n, &mr->m, err);
+    if (rc == CELLAR_EFORMAT && node_get_info(n)->type == NODE_ARRAY &&
+        node_get_info(n)->dtype == DT_STRING)
+        return cellar_fail(err, CELLAR_ENOTACCEPT, "%s holds strings, not numbers", mr->what);
+    return rc;
+}
+
+/* ---- selections ---- */
+
+static const char *names_param(axis_kind k)
+{
+    return k == AXIS_OBS ? "obs_names" : k == AXIS_VAR ? "var_names" : NULL;
+}
+
+/* Positions of names in the obs or var index of the element's AnnData. */
+static int lookup_names(api_request *req, matrix_req *mr, axis_kind k, const char **names,
+                        size_t n, dim_sel *out, cellar_error *err)
+{
+    node *owner = k == AXIS_OBS ? mr->parent : mr->ad;
+    const char *fname = k == AXIS_OBS ? "obs" : "var";
+    node *g = node_child_opt(owner, fname);
+    if (!g)
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no %s to look names up in", fname);
+    frame f;
+    int rc = frame_open(g, req->arena, &f, err);
+    if (rc)
+        return rc;
+    int64_t *pos = arena_calloc(req->arena, n ? n : 1, sizeof *pos);
+    if (!pos)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    if (n) {
+        rc = frame_lookup_names(req->store, &f, names, n, pos, err);
+        if (rc)
+            return rc;
+    }
+    out->start = 0;
+    out->step = 1;
+    out->count = (int64_t)n;
+    out->index = pos;
+    return 0;
+}
+
+/* One axis: `pos_param` positions or the names parameter of its kind. */
+static int parse_axis(api_request *req, matrix_req *mr, const char *pos_param, axis_kind k,
+                      int64_t length, dim_sel *out, int *listed, cellar_error *err)
+{
+    selection sel;
+    int present = 0;
+    int rc = api_param_selection(req, pos_param, &sel, &present, err);
+    if (rc)
+        return rc;
+    const char *np = names_param(k);
+    const char **names = NULL;
+    size_t n = 0;
+    if (np) {
+        rc = api_param_list(req, np, &names, &n, err);
+        if (rc)
+            return rc;
+    }
+    if (present && names)
+        return cellar_fail(err, CELLAR_EINVAL, "give either %s or %s, not both", pos_param, np);
+    if (names) {
+        *listed = 1;
+        return lookup_names(req, mr, k, names, n, out, err);
+    }
+    *listed = present && sel.is_list;
+    return selection_resolve(&sel, length, pos_param, req->arena, out, err);
+}
+
+/* Refuses obs_names / var_names on an element without that axis. */
+static int check_names_apply(api_request *req, const matrix_req *mr, axis_kind k,
+                             cellar_error *err)
+{
+    if (mr->row_axis == k || (mr->m.ndim == 2 && mr->col_axis == k && mr->row_axis != k))
+        return 0;
+    const char *np = names_param(k);
+    const char **names;
+    size_t n;
+    int rc = api_param_list(req, np, &names, &n, err);
+    if (!rc && names)
+        rc = cellar_fail(err, CELLAR_EINVAL, "%s does not apply to %s: select by %s instead",
+                         np, mr->what, mr->row_axis == k ? "cols" : "rows or cols");
+    return rc;
+}
+
+/* obs_names on X selects rows; on obsp both obs_names and rows name rows, and
+ * columns are positions only; var_names likewise. */
+static int parse_selection(api_request *req, matrix_req *mr, cellar_error *err)
+{
+    int rc = check_names_apply(req, mr, AXIS_OBS, err);
+    if (!rc)
+        rc = check_names_apply(req, mr, AXIS_VAR, err);
+    if (rc)
+        return rc;
+    rc = parse_axis(req, mr, "rows", mr->row_axis, mr->m.shape[0], &mr->rows,
+                        &mr->rows_listed, err);
+    if (rc)
+        return rc;
+    if (mr->m.ndim == 1) {
+        const char *t;
+        rc = api_param_str(req, "cols", &t, err);
+        if (rc)
+            return rc;
+        if (t)
+            return cellar_fail(err, CELLAR_EINVAL, "%s is 1-D: it takes rows only, not cols",
+                               mr->what);
+        mr->cols = dim_sel_range(0, 1);
+        return 0;
+    }
+    axis_kind ck = mr->col_axis == mr->row_axis ? AXIS_POSITIONS : mr->col_axis;
+    return parse_axis(req, mr, "cols", ck, mr->m.shape[1], &mr->cols, &mr->cols_listed, err);
+}
+
+static int parse_options(api_request *req, matrix_req *mr, cellar_error *err)
+{
+    const char *layout, *dt;
+    int rc = api_param_str(req, "layout", &layout, err);
+    if (!rc)
+        rc = api_param_str(req, "dtype", &dt, err);
+    if (rc)
+        return rc;
+    if (dt && strcmp(dt, "safe") == 0)
+        mr->safe = 1;
+    else if (dt && strcmp(dt, "stored") != 0)
+        return cellar_fail(err, CELLAR_EINVAL, "dtype must be 'safe' or 'stored', not '%s'", dt);
+    int sparse = mr->m.layout != MATRIX_DENSE;
+    if (!layout) {
+        /* obsp/varp are pairwise graphs: CSR by default in JSON. */
+        const char *el = req->element;
+        mr->csr = sparse && mr->fmt == FORMAT_JSON &&
+                  (strcmp(el, "obsp") == 0 || strcmp(el, "varp") == 0);
+        return 0;
+    }
+    if (strcmp(layout, "dense") == 0)
+        return 0;
+    if (strcmp(layout, "csr") != 0)
+        return cellar_fail(err, CELLAR_EINVAL, "layout must be 'dense' or 'csr', not '%s'",
+                           layout);
+    if (!sparse)
+        return cellar_fail(err, CELLAR_EINVAL, "%s is stored dense: layout=csr is for sparse "
+                           "matrices", mr->what);
+    if (mr->fmt != FORMAT_JSON)
+        return cellar_fail(err, CELLAR_ENOTACCEPT,
+                           "layout=csr is answered in JSON only; use layout=dense for %s",
+                           mr->fmt == FORMAT_CSV ? "csv" : mr->fmt == FORMAT_NPY ? "npy" : "bin");
+    mr->csr = 1;
+    return 0;
+}
+
+/* The column index of a CSR matrix for column selections (started on the
+ * first one, used once ready). */
+static int attach_index(api_request *req, matrix_req *mr, cellar_error *err)
+{
+    if (mr->m.layout != MATRIX_CSR || mr->m.ndim != 2 ||
+        (mr->cols.count == mr->m.shape[1] && !mr->cols.index && mr->cols.step == 1))
+        return 0;
+    const api_config *cfg = req->config;
+    column_index_options opts = {
+        cfg ? cfg->cache_dir : NULL,
+        cfg ? cfg->submit_background : NULL,
+        cfg ? cfg->background_ctx : NULL,
+    };
+    mr->ci_asked = 1;
+    return column_index_get(req->store, &mr->m, &opts, &mr->ci, &mr->ci_state, &mr->ci_bytes,
+                            err);
+}
+
+/* ---- budget ---- */
+
+static int check_dense_budget(api_request *req, const matrix_req *mr, cellar_error *err)
+{
+    int binary = mr->fmt == FORMAT_BIN || mr->fmt == FORMAT_NPY;
+    uint64_t per_cell = binary ? dtype_size(out_dtype(mr)) : text_size(mr->m.dtype);
+    uint64_t per_row = add_sat(mul_sat((uint64_t)mr->cols.count, per_cell), binary ? 0 : 4);
+    uint64_t fixed = 256;
+    if (mr->rows_listed)
+        fixed = add_sat(fixed, mul_sat((uint64_t)mr->rows.count, 21));
+    if (mr->cols_listed)
+        fixed = add_sat(fixed, mul_sat((uint64_t)mr->cols.count, 21));
+    uint64_t total = add_sat(fixed, mul_sat((uint64_t)mr->rows.count, per_row));
+    return api_check_budget(req, total, "rows", per_row, err);
+}
+
+/* CSR answers: bounded by the stored entries indptr says the selection can
+ * hold; the read itself stops at what the limit allows. */
+static int check_csr_budget(api_request *req, const matrix_req *mr, uint64_t *max_nnz,
+                            cellar_error *err)
+{
+    uint64_t nnz;
+    int rc = matrix_count_nnz(&mr->m, &mr->rows, &mr->cols, mr->ci, &nnz, err);
+    if (rc)
+        return rc;
+    uint64_t per_entry = add_sat(text_size(mr->m.dtype), 21);
+    uint64_t total = add_sat(add_sat(256, mul_sat((uint64_t)mr->rows.count + 1, 21)),
+                             mul_sat(nnz, per_entry));
+    uint64_t per_row = mr->rows.count ? total / (uint64_t)mr->rows.count + 1 : total;
+    rc = api_check_budget(req, total, "rows", per_row, err);
+    uint64_t limit = api_limit(req);
+    *max_nnz = limit ? limit / per_entry + 1 : 0;
+    return rc;
+}
+
+/* ---- writers ---- */
+
+static void json_positions(json_out *j, const char *name, const dim_sel *s)
+{
+    json_out_str(j, name);
+    json_out_array_open(j);
+    for (int64_t i = 0; i < s->count && json_out_ok(j); i++)
+        json_out_int(j, dim_sel_at(s, i));
+    json_out_array_close(j);
+}
+
+static void json_head(json_out *j, const matrix_req *mr, const char *layout)
+{
+    json_out_map_open(j);
+    json_out_str(j, "shape");
+    json_out_array_open(j);
+    json_out_int(j, mr->rows.count);
+    if (mr->m.ndim == 2)
+        json_out_int(j, mr->cols.count);
+    json_out_array_close(j);
+    json_out_str(j, "dtype");
+    json_out_str(j, dtype_name(mr->m.dtype));
+    json_out_str(j, "layout");
+    json_out_str(j, layout);
+    if (mr->rows_listed)
+        json_positions(j, "rows", &mr->rows);
+    if (mr->cols_listed && mr->m.ndim == 2)
+        json_positions(j, "cols", &mr->cols);
+}
+
+static int json_finish(api_request *req, api_response *res, json_out *j, cellar_error *err)
+{
+    json_out_map_close(j);
+    int rc = json_out_finish(j, "select fewer rows or columns", err);
+    json_out_destroy(j);
+    if (rc)
+        return rc;
+    (void)req;
+    res->status = 200;
+    res->content_type = "application/json";
+    return 0;
+}
+
+static int write_dense_json(api_request *req, api_response *res, const matrix_req *mr,
+                            const void *data, cellar_error *err)
+{
+    json_out j;
+    int rc = json_out_init(&j, &res->body, api_limit(req), err);
+    if (rc)
+        return rc;
+    json_head(&j, mr, "dense");
+    json_out_str(&j, "data");
+    json_out_array_open(&j);
+    int64_t r = mr->rows.count, c = mr->cols.count;
+    for (int64_t i = 0; i < r && json_out_ok(&j); i++) {
+        if (mr->m.ndim == 1) {
+            json_out_typed(&j, mr->m.dtype, data, i);
+            continue;
+        }
+        json_out_array_open(&j);
+        for (int64_t k = 0; k < c; k++)
+            json_out_typed(&j, mr->m.dtype, data, i * c + k);
+        json_out_array_close(&j);
+    }
+    json_out_array_close(&j);
+    return json_finish(req, res, &j, err);
+}
+
+static int write_csr_json(api_request *req, api_response *res, const matrix_req *mr,
+                          const matrix_csr *csr, cellar_error *err)
+{
+    json_out j;
+    int rc = json_out_init(&j, &res->body, api_limit(req), err);
+    if (rc)
+        return rc;
+    json_head(&j, mr, "csr");
+    json_out_str(&j, "nnz");
+    json_out_int(&j, csr->nnz);
+    json_out_str(&j, "indptr");
+    json_out_array_open(&j);
+    for (int64_t i = 0; i <= csr->n_rows && json_out_ok(&j); i++)
+        json_out_int(&j, csr->indptr[i]);
+    json_out_array_close(&j);
+    json_out_str(&j, "indices");
+    json_out_array_open(&j);
+    for (int64_t i = 0; i < csr->nnz && json_out_ok(&j); i++)
+        json_out_int(&j, csr->indices[i]);
+    json_out_array_close(&j);
+    json_out_str(&j, "data");
+    json_out_array_open(&j);
+    for (int64_t i = 0; i < csr->nnz && json_out_ok(&j); i++)
+        json_out_typed(&j, csr->dtype, csr->data, i);
+    json_out_array_close(&j);
+    return json_finish(req, res, &j, err);
+}
+
+static int write_dense_csv(api_request *req, api_response *res, const matrix_req *mr,
+                           const void *data, cellar_error *err)
+{
+    buf *b = &res->body;
+    uint64_t limit = api_limit(req);
+    int64_t r = mr->rows.count, c = mr->cols.count;
+    for (int64_t i = 0; i < r && !b->failed; i++) {
+        for (int64_t k = 0; k < c; k++) {
+            if (k)
+                csv_sep(b);
+            csv_typed(b, mr->m.dtype, data, i * c + k);
+        }
+        csv_end_record(b);
+        if (limit && b->len > limit)
+            return cellar_fail(err, CELLAR_ETOOBIG,
+                               "the answer grew over the limit of %" PRIu64
+                               " bytes; request at most about %" PRId64 " rows at a time",
+                               limit, i > 1 ? i * 4 / 5 : 1);
+    }
+    if (b->failed)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory writing CSV");
+    res->status = 200;
+    res->content_type = "text/csv; charset=utf-8";
+    return 0;
+}
+
+static int write_binary(api_request *req, api_response *res, const matrix_req *mr,
+                        const void *data, cellar_error *err)
+{
+    dtype_kind dt = out_dtype(mr);
+    int64_t shape[2] = {mr->rows.count, mr->cols.count};
+    int rc = api_begin_binary(req, res, mr->fmt, dt, shape, mr->m.ndim, err);
+    if (rc)
+        return rc;
+    size_t n = (size_t)mr->rows.count * (size_t)mr->cols.count;
+    size_t bytes = n * dtype_size(dt);
+    char *p = buf_reserve(&res->body, bytes ? bytes : 1);
+    if (!p)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    if (dt == mr->m.dtype) {
+        memcpy(p, data, bytes);
+    } else {
+        const uint16_t *h = data;
+        for (size_t i = 0; i < n; i++) {
+            float f = half_to_float(h[i]);
+            memcpy(p + i * 4, &f, 4);
+        }
+    }
+    res->body.len += bytes;
+    return 0;
+}
+
+/* ---- the handler ---- */
+
+static int add_index_header(api_request *req, api_response *res, const matrix_req *mr)
+{
+    if (!mr->ci_asked)
+        return 0;
+    char text[64];
+    if (mr->ci_state == COLUMN_INDEX_READY)
+        snprintf(text, sizeof text, "ready; bytes=%zu", mr->ci_bytes);
+    else
+        snprintf(text, sizeof text, "%s", column_index_state_name(mr->ci_state));
+    return api_add_header(req, res, "X-Column-Index", text);
+}
+
+int api_matrix(api_request *req, api_response *res, cellar_error *err)
+{
+    static const char *const allowed[] = {"rows",   "cols",  "obs_names", "var_names",
+                                          "layout", "dtype", NULL};
+    matrix_req mr;
+    memset(&mr, 0, sizeof mr);
+    int rc = api_check_params(req, allowed, err);
+    if (!rc)
+        rc = api_negotiate_format(req, MATRIX_FORMATS, &mr.fmt, err);
+    if (!rc)
+        rc = open_element(req, &mr, err);
+    if (!rc)
+        rc = parse_options(req, &mr, err);
+    if (!rc)
+        rc = parse_selection(req, &mr, err);
+    if (!rc)
+        rc = attach_index(req, &mr, err);
+    if (rc)
+        return rc;
+    res->body.len = 0;
+    if (add_index_header(req, res, &mr))
+        return cellar_fail(err, CELLAR_EINTERNAL, "too many response headers");
+    if (mr.csr) {
+        uint64_t max_nnz;
+        matrix_csr csr;
+        rc = check_csr_budget(req, &mr, &max_nnz, err);
+        if (!rc)
+            rc = matrix_read_csr(&mr.m, &mr.rows, &mr.cols, mr.ci, max_nnz, req->arena, &csr, err);
+        return rc ? rc : write_csr_json(req, res, &mr, &csr, err);
+    }
+    rc = check_dense_budget(req, &mr, err);
+    if (rc)
+        return rc;
+    size_t bytes = (size_t)mr.rows.count * (size_t)mr.cols.count * dtype_size(mr.m.dtype);
+    void *data = arena_alloc(req->arena, bytes ? bytes : 1);
+    if (!data)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", mr.what);
+    rc = matrix_read_dense(&mr.m, &mr.rows, &mr.cols, mr.ci, data, bytes, err);
+    if (rc)
+        return rc;
+    switch (mr.fmt) {
+    case FORMAT_CSV: return write_dense_csv(req, res, &mr, data, err);
+    case FORMAT_BIN:
+    case FORMAT_NPY: return write_binary(req, res, &mr, data, err);
+    default: return write_dense_json(req, res, &mr, data, err);
+    }
+}

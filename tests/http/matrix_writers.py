@@ -1,0 +1,204 @@
+"""Fixture writers for the matrix, uns and raw routes (tests/http/test_matrix.py).
+
+Every store is written by anndata / mudata (HDF5 now).  Only the legacy
+`h5sparse_*` matrix and the unsigned sparse index types are made by editing
+a written file with h5py, since no current writer produces them.  Seeded:
+two runs write the same data.
+
+To serve a zarr copy once the zarr backend lands, add its format to
+FORMATS: every writer takes the format and picks the writer call.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import anndata as ad
+import h5py
+import mudata as md
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+SEED = 20261203
+
+# Store formats written; add "zarr2" / "zarr3" here once the zarr backend serves them.
+FORMATS = ["h5"]
+
+N_OBS, N_VARS = 40, 12
+
+# Every numeric dtype and bool, each stored as a layer of DENSE.
+DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "float32", "float64", "bool"]
+
+
+def _quiet():
+    warnings.filterwarnings("ignore")
+
+
+def obs_names(n=N_OBS):
+    names = [f"cell{i:03d}" for i in range(n)]
+    names[5] = "cell,05"   # a comma: only selectable through a POST body
+    names[6] = "细胞 06"     # non-ASCII and a space
+    return names
+
+
+def var_names(n=N_VARS):
+    return [f"G{i}" for i in range(n)]
+
+
+def _values(rng, dtype, shape):
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        return rng.random(shape) < 0.4
+    if dt.kind == "f":
+        v = rng.normal(0, 100, shape).astype(dt)
+        if v.size > 3:
+            flat = v.reshape(-1)
+            flat[1] = np.nan
+            flat[2] = np.inf
+            flat[3] = -0.0
+        return v
+    info = np.iinfo(dt)
+    v = rng.integers(0, min(info.max, 10_000), shape).astype(dt)
+    flat = v.reshape(-1)
+    flat[0] = info.max   # extremes survive every format
+    flat[1] = info.min
+    return v
+
+
+def sparse_with_gaps(rng, shape, density=0.3, dtype="float32", fmt="csr"):
+    """A sparse matrix whose rows 1 and 4 and columns 2 and 7 are empty."""
+    dense = rng.random(shape) < density
+    vals = rng.normal(0, 10, shape).astype(dtype)
+    dense = np.where(dense, vals, 0).astype(dtype)
+    dense[[1, 4], :] = 0
+    dense[:, [2, 7]] = 0
+    m = sp.csr_matrix(dense) if fmt == "csr" else sp.csc_matrix(dense)
+    m.eliminate_zeros()
+    return m
+
+
+def make_dense_adata() -> ad.AnnData:
+    rng = np.random.default_rng(SEED)
+    X = _values(rng, "float32", (N_OBS, N_VARS))
+    a = ad.AnnData(X=X,
+                   obs=pd.DataFrame({"n": np.arange(N_OBS)}, index=obs_names()),
+                   var=pd.DataFrame({"m": np.arange(N_VARS)}, index=var_names()))
+    for dt in DTYPES:
+        a.layers[dt] = _values(rng, dt, (N_OBS, N_VARS))
+    a.obsm["X_umap"] = rng.normal(size=(N_OBS, 2))
+    a.obsm["X_pca"] = rng.normal(size=(N_OBS, 5)).astype("float32")
+    a.obsm["frame"] = pd.DataFrame({"a": np.arange(N_OBS)}, index=a.obs_names)
+    a.varm["PCs"] = rng.normal(size=(N_VARS, 3))
+    a.obsp["distances"] = sparse_with_gaps(rng, (N_OBS, N_OBS), 0.1, "float64")
+    a.obsp["dense_pairs"] = rng.random((N_OBS, N_OBS))
+    a.varp["corr"] = sparse_with_gaps(rng, (N_VARS, N_VARS), 0.4, "float32", "csc")
+    a.uns["title"] = "dense fixture"
+    a.uns["n"] = 7
+    a.uns["pi"] = 3.5
+    a.uns["flag"] = True
+    a.uns["small"] = np.arange(5, dtype="int32")
+    a.uns["names"] = np.array(["a", "b", "c"], dtype=object)
+    a.uns["big"] = np.arange(5000, dtype="float64")
+    a.uns["nested"] = {"colors": np.array(["#ff0000", "#00ff00"], dtype=object),
+                       "params": {"k": 15, "method": "umap"}}
+    raw = ad.AnnData(X=sparse_with_gaps(rng, (N_OBS, N_VARS + 3), 0.3, "float32"),
+                     obs=pd.DataFrame(index=obs_names()),
+                     var=pd.DataFrame(index=var_names(N_VARS + 3)))
+    raw.varm["loadings"] = rng.normal(size=(N_VARS + 3, 2))
+    a.raw = raw
+    return a
+
+
+def make_sparse_adata(seed=SEED) -> ad.AnnData:
+    rng = np.random.default_rng(seed + 1)
+    X = sparse_with_gaps(rng, (N_OBS, N_VARS), 0.35, "float32")
+    a = ad.AnnData(X=X,
+                   obs=pd.DataFrame(index=obs_names()),
+                   var=pd.DataFrame(index=var_names()))
+    a.layers["csc"] = sparse_with_gaps(rng, (N_OBS, N_VARS), 0.35, "int32", "csc")
+    wide = sparse_with_gaps(rng, (N_OBS, N_VARS), 0.35, "float64")
+    wide.indices = wide.indices.astype(np.int64)
+    wide.indptr = wide.indptr.astype(np.int64)
+    a.layers["csr64"] = wide
+    a.layers["csr_u"] = sparse_with_gaps(rng, (N_OBS, N_VARS), 0.35, "int16")
+    a.layers["csc_u"] = sparse_with_gaps(rng, (N_OBS, N_VARS), 0.35, "uint8", "csc")
+    a.layers["legacy"] = sparse_with_gaps(rng, (N_OBS, N_VARS), 0.35, "float32")
+    a.layers["empty"] = sp.csr_matrix((N_OBS, N_VARS), dtype="float32")
+    return a
+
+
+def _unsigned_indices(path: Path, layer: str, dtype: str):
+    """Rewrites indices and indptr of a sparse layer as unsigned integers."""
+    with h5py.File(path, "r+") as f:
+        g = f["layers"][layer]
+        for part in ("indices", "indptr"):
+            v = g[part][()].astype(dtype)
+            del g[part]
+            g.create_dataset(part, data=v)
+
+
+def _legacy_h5sparse(path: Path, layer: str):
+    """Turns a csr_matrix layer into the pre-0.7 h5sparse form."""
+    with h5py.File(path, "r+") as f:
+        g = f["layers"][layer]
+        shape = np.asarray(g.attrs["shape"], dtype="int64")
+        for k in ("encoding-type", "encoding-version", "shape"):
+            del g.attrs[k]
+        g.attrs["h5sparse_format"] = "csr"
+        g.attrs["h5sparse_shape"] = shape
+
+
+def write_h5ad(a: ad.AnnData, path: Path, **kw):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    a.write_h5ad(path, **kw)
+
+
+def write_all(root: Path) -> dict:
+    """Writes every matrix store under root; returns {label: store name}."""
+    _quiet()
+    names = {}
+    for fmt in FORMATS:
+        ext = {"h5": ".h5ad"}[fmt]
+        names[f"dense-{fmt}"] = name = f"matrix/dense{ext}"
+        write_h5ad(make_dense_adata(), root / name)
+        names[f"sparse-{fmt}"] = name = f"matrix/sparse{ext}"
+        write_h5ad(make_sparse_adata(), root / name)
+        if fmt == "h5":
+            _unsigned_indices(root / name, "csr_u", "uint32")
+            _unsigned_indices(root / name, "csc_u", "uint64")
+            _legacy_h5sparse(root / name, "legacy")
+        names[f"gzip-{fmt}"] = name = f"matrix/gzip{ext}"
+        write_h5ad(make_dense_adata(), root / name, compression="gzip")
+        names[f"sparse-gzip-{fmt}"] = name = f"matrix/sparse_gzip{ext}"
+        write_h5ad(make_sparse_adata(), root / name, compression="gzip")
+        if fmt == "h5":
+            names["lzf-h5"] = name = "matrix/lzf.h5ad"
+            write_h5ad(make_dense_adata(), root / name, compression="lzf")
+            names["sparse-lzf-h5"] = name = "matrix/sparse_lzf.h5ad"
+            write_h5ad(make_sparse_adata(), root / name, compression="lzf")
+        names[f"mudata-{fmt}"] = name = f"matrix/multi{'.h5mu' if fmt == 'h5' else ext}"
+        mdata = md.MuData({"rna": make_sparse_adata(), "prot": make_dense_adata()})
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        mdata.write_h5mu(root / name)
+    return names
+
+
+def read_reference(path: Path):
+    """What anndata / mudata read from a store."""
+    _quiet()
+    if str(path).endswith(".h5mu"):
+        return md.read_h5mu(path)
+    return ad.read_h5ad(path)
+
+
+def dense(m) -> np.ndarray:
+    """A matrix as numpy; sparse index arrays are cast to int64 first
+    (scipy's kernels refuse unsigned ones)."""
+    if not sp.issparse(m):
+        return np.asarray(m)
+    cls = sp.csr_matrix if m.format == "csr" else sp.csc_matrix
+    m = cls((m.data, m.indices.astype(np.int64), m.indptr.astype(np.int64)), shape=m.shape)
+    return m.toarray()
