@@ -64,7 +64,8 @@ void test_router_elements_and_decoding(void)
     CHECK_EQ(route("/v1/stores/x.h5ad/obs%00", &req, &m, a), CELLAR_ENOTFOUND);
     CHECK_EQ(route("/v1/stores/x.h5ad/%zz", &req, &m, a), CELLAR_EINVAL);
     CHECK_EQ(route("/v1/stores/x.h5ad/%4", &req, &m, a), CELLAR_EINVAL);
-    CHECK_EQ(route("/v1/stores/x.h5ad/X", &req, &m, a), CELLAR_ENOTFOUND);
+    CHECK_EQ(route("/v1/stores/x.h5ad/no_such_element", &req, &m, a), CELLAR_ENOTFOUND);
+    CHECK_EQ(route("/v1/stores/x.h5ad/obs/schema/extra", &req, &m, a), CELLAR_ENOTFOUND);
     CHECK_EQ(route("/v1/stores/x.h5ad/mod/rna/mod", &req, &m, a), CELLAR_ENOTFOUND);
     size_t len = 0;
     char *d = router_decode(a, "a%2Cb+c", 7, 1, &len);
