@@ -12,10 +12,7 @@
 #include <unistd.h>
 
 #include "storage/h5.h"
-#if __has_include("storage/zarr.h")
 #include "storage/zarr.h"
-#define CELLAR_HAVE_ZARR 1
-#endif
 
 /* How long a reopen of a file rewritten in place waits for requests still
  * reading the old version (libhdf5 shares open files by device and inode, so
@@ -330,11 +327,7 @@ static int store_open(registry *r, const char *name, const char *path,
             rc = cellar_fail(err, CELLAR_EFORMAT, "store '%s' is not a zarr directory", name);
             goto done;
         }
-#ifdef CELLAR_HAVE_ZARR
         rc = zarr_open(path, &s->root, err);
-#else
-        rc = cellar_fail(err, CELLAR_EFORMAT, "zarr stores are not supported by this build");
-#endif
     } else {
         if (!S_ISREG(st.st_mode)) {
             rc = cellar_fail(err, CELLAR_ENOTFOUND, "no store named '%s'", name);
