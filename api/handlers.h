@@ -55,9 +55,9 @@ int api_zarr_raw(api_request *req, api_response *res, cellar_error *err);
 int api_matrix(api_request *req, api_response *res, cellar_error *err);
 
 /* GET {ad}/uns and {ad}/uns/{path...} (api/uns.c): req->key holds the path
- * below uns ('/'-joined), NULL for uns itself.  Nested JSON; large arrays
- * summarized unless named by the path.  format=json|bin|npy (bin/npy for a
- * numeric array). */
+ * below uns ('/'-joined), NULL for uns itself.  Nested JSON; arrays over
+ * 1000 items, sparse matrices and data frames summarized unless named by
+ * the path.  format=json. */
 int api_uns(api_request *req, api_response *res, cellar_error *err);
 
 /* ---- helpers shared by the api/ handlers (not for the router) ---- */

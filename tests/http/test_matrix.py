@@ -420,3 +420,37 @@ def test_column_index_without_cache_dir(mroot, server_factory):
         want = mw.dense(a.layers["csr64"])[:, [int(c) for c in cols.split(",")]]
         check(srv, path, want, "npy", cols=cols)
         check(srv, path, want[5:30], "json", cols=cols, rows="5:30")
+
+
+# ------------------------------------------------------------ uns
+def test_uns(msrv, mroot, mref):
+    name = mroot[1]["dense-h5"]
+    uns = mref(name).uns
+    body = assert_json(msrv.get(store_path(name, "uns")))
+    assert body["title"] == uns["title"] and body["n"] == uns["n"] == 7
+    assert body["pi"] == uns["pi"] and body["flag"] is True
+    assert body["small"] == uns["small"].tolist()
+    assert body["names"] == list(uns["names"])
+    assert body["nested"] == {"colors": list(uns["nested"]["colors"]),
+                              "params": {"k": 15, "method": "umap"}}
+    # A large array is summarized in the whole, given whole by its path.
+    assert body["big"] == {"shape": [5000], "dtype": "float64", "encoding": "array",
+                           "summarized": True}
+    big = assert_json(msrv.get(store_path(name, "uns", "big")))
+    np.testing.assert_array_equal(np.array(big), uns["big"])
+    assert assert_json(msrv.get(store_path(name, "uns", "nested", "params"))) == \
+        {"k": 15, "method": "umap"}
+    assert assert_json(msrv.get(store_path(name, "uns", "nested", "params", "k"))) == 15
+    assert_problem(msrv.get(store_path(name, "uns", "nope")), 404)
+    assert_problem(msrv.get(store_path(name, "uns"), rows="1"), 400)
+    assert_problem(msrv.get(store_path(name, "uns"), format="npy"), 406)
+
+
+def test_uns_limit_and_mod(mroot, server_factory, mref):
+    root, names = mroot
+    srv = server_factory(root, "--max-response-bytes", "4000")
+    name = names["dense-h5"]
+    assert_problem(srv.get(store_path(name, "uns", "big")), 413)
+    mname = names["mudata-h5"]
+    body = assert_json(srv.get(store_path(mname, "mod", "prot", "uns", "nested", "colors")))
+    assert body == list(mref(mname).mod["prot"].uns["nested"]["colors"])
