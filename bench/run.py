@@ -1,0 +1,686 @@
+"""The `make bench` harness: cellar against its references, in one run.
+
+    python bench/run.py            (bench/run.sh calls it; see BENCHMARKS.md)
+
+Environment:
+  CELLAR_BIN          the cellar binary to measure (required)
+  BENCH_SCALE         data size, 1 = 200,000 cells (default 0.1, a quick run)
+  BENCH_DURATION      seconds each measured wrk run lasts (default 5)
+  BENCH_WARMUP        seconds of unmeasured load before each run (default 1)
+  BENCH_CONNECTIONS   connections of the single-endpoint runs (default 16)
+  BENCH_THREADS       server threads: cellar --threads, the bare
+                      libmicrohttpd pool, nginx workers (default: cores)
+  BENCH_WRK_THREADS   wrk threads (default 1: the rest is left to the server)
+  BENCH_OUT           the Markdown file to rewrite (default BENCHMARKS.md)
+  BENCH_ONLY          comma list of servers to run (cellar,mhd,nginx,h5grove)
+
+Every server listens on 127.0.0.1 on a free port and is stopped at the end.
+"""
+
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from datetime import datetime, timezone
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+LUA_DIR = os.path.join(HERE, "wrk")
+
+NOT_AVAILABLE = "route not available yet"
+
+
+def env_float(name, default):
+    value = os.environ.get(name, "")
+    return float(value) if value.strip() else default
+
+
+def env_int(name, default):
+    value = os.environ.get(name, "")
+    return int(value) if value.strip() else default
+
+
+def log(msg):
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------
+# Processes
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url, proc, seconds=30.0):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"exited with {proc.returncode} before answering {url}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                r.read()
+                return
+        except urllib.error.HTTPError:
+            return  # it answers
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"no answer from {url} after {seconds:.0f}s")
+
+
+class Server:
+    """A server process started for the run and stopped at its end."""
+
+    def __init__(self, name, argv, ready_path, port, log_path, cwd=None):
+        self.name = name
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}"
+        self.log = open(log_path, "w")
+        log(f"start {name}: {' '.join(shlex.quote(a) for a in argv)}")
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                     cwd=cwd, start_new_session=True)
+        try:
+            wait_http(self.base + ready_path, self.proc)
+        except Exception:
+            self.stop()
+            raise
+
+    def pid(self):
+        return self.proc.pid
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def read_status_kb(pid, field):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak_rss(pid):
+    """Resets VmHWM to the current RSS (Linux >= 4.0, owner or root)."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------
+# wrk
+
+
+def run_wrk(url, connections, duration, cfg, script=None, extra_env=None, warmup=True):
+    script = script or os.path.join(LUA_DIR, "report.lua")
+    threads = max(1, min(cfg["wrk_threads"], connections))
+    env = dict(os.environ, BENCH_LUA_DIR=LUA_DIR, **(extra_env or {}))
+
+    def once(seconds):
+        argv = ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{max(1, round(seconds))}s",
+                "--timeout", "10s", "-s", script, url]
+        out = subprocess.run(argv, env=env, capture_output=True, text=True,
+                             timeout=seconds + 60)
+        m = re.search(r"^BENCH_RESULT (\{.*\})$", out.stdout, re.M)
+        if not m:
+            raise RuntimeError(f"wrk gave no result: {out.stdout[-500:]} {out.stderr[-500:]}")
+        return json.loads(m.group(1))
+
+    if warmup and cfg["warmup"] > 0:
+        once(cfg["warmup"])
+    res = once(duration)
+    res["rps"] = res["requests"] / (res["duration_us"] / 1e6) if res["duration_us"] else 0.0
+    res["errors"] = sum(res[k] for k in ("err_connect", "err_read", "err_write",
+                                         "err_status", "err_timeout"))
+    return res
+
+
+# --------------------------------------------------------------------------
+# Scenarios
+
+
+def probe(url):
+    """(status, body) of one GET, without compression."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def build_scenarios(manifest, zarr_dir):
+    n = manifest["cells"]
+    mid = (n // 2) // 100 * 100
+    rows = f"{mid}:{mid + 100}"
+    cols = "cell_type,n_genes,total_counts"
+    names = ",".join(manifest["obsmap_names"])
+    stores = "/v1/stores"
+    h5g_obs = f"/data?file=bench.h5ad&path=/obs/n_genes&selection={mid}:{mid + 100}"
+    s = [
+        dict(id="summary", label="store summary (.h5mu)", group="small",
+             cellar=f"{stores}/bench.h5mu", mhd="mem",
+             h5grove="/meta?file=bench.h5mu&path=/",
+             h5grove_note="/meta of the root group"),
+        dict(id="modlist", label="modality list (.h5mu)", group="small",
+             cellar=f"{stores}/bench.h5mu/mod", mhd="mem",
+             h5grove="/meta?file=bench.h5mu&path=/mod",
+             h5grove_note="/meta of /mod"),
+        dict(id="obs_json", label="obs 100 rows x 3 cols, json", group="small",
+             cellar=f"{stores}/bench.h5ad/obs?rows={rows}&columns={cols}", mhd="mem",
+             h5grove=h5g_obs, h5grove_note="/data of one numeric column, 100 rows"),
+        dict(id="obs_csv", label="obs 100 rows x 3 cols, csv", group="small",
+             cellar=f"{stores}/bench.h5ad/obs?rows={rows}&columns={cols}&format=csv",
+             mhd="mem", h5grove=h5g_obs + "&format=csv",
+             h5grove_note="/data of one numeric column, 100 rows, csv"),
+        dict(id="obsmap", label="obsmap lookup, 100 names", group="small",
+             cellar=f"{stores}/bench.h5mu/obsmap/rna?obs_names={names}", mhd="mem",
+             h5grove=f"/data?file=bench.h5mu&path=/obsmap/rna&selection={mid}:{mid + 100}",
+             h5grove_note="/data of /obsmap/rna, 100 rows by position (names are not expressible)"),
+        dict(id="zarr_1k", label="zarr key, 1 KiB chunk", group="zarr", optional=True,
+             cellar=f"{stores}/bench.zarr/zarr/obsm/X_umap/c/0/0",
+             mhd="file", key="obsm/X_umap/c/0/0", nginx="/bench.zarr/obsm/X_umap/c/0/0"),
+        dict(id="zarr_4m", label="zarr key, 4 MiB chunk", group="zarr", optional=True,
+             cellar=f"{stores}/bench.zarr/zarr/obsm/X_pca/c/0/0",
+             mhd="file", key="obsm/X_pca/c/0/0", nginx="/bench.zarr/obsm/X_pca/c/0/0"),
+        dict(id="x_gene", label="X one gene column (CSR)", group="matrices", optional=True,
+             cellar=f"{stores}/bench.h5ad/X?var_names=gene_0042", mhd="mem"),
+    ]
+    for sc in s:
+        if sc.get("key"):
+            sc["key_bytes"] = os.path.getsize(os.path.join(zarr_dir, sc["key"]))
+    return s
+
+
+def mixed_paths(manifest, scenarios, target):
+    """Lines "kind<TAB>path" for mixed.lua; target 'cellar' or 'mhd'."""
+    n = manifest["cells"]
+    names = manifest["obsmap_names"]
+    by_id = {sc["id"]: sc for sc in scenarios}
+    lines = []
+    for kind in ("summary", "modlist", "obs_json", "obs_csv", "obsmap", "zarr_1k", "zarr_4m"):
+        sc = by_id[kind]
+        if sc.get("unavailable"):
+            continue
+        if target == "mhd":
+            path = f"/mem/{kind}" if sc["mhd"] == "mem" else f"/file/{sc['key']}"
+            lines.append((kind, path))
+            continue
+        if kind in ("obs_json", "obs_csv"):
+            fmt = "&format=csv" if kind == "obs_csv" else ""
+            for w in range(16):
+                start = (n - 100) * w // 16
+                lines.append((kind, f"/v1/stores/bench.h5ad/obs?rows={start}:{start + 100}"
+                                    f"&columns=cell_type,n_genes,total_counts{fmt}"))
+        elif kind == "obsmap":
+            for w in range(8):
+                picked = ",".join(names[(w * 13 + k) % len(names)] for k in range(100))
+                lines.append((kind, f"/v1/stores/bench.h5mu/obsmap/rna?obs_names={picked}"))
+        elif kind == "zarr_1k":
+            for c in range(0, min(64, (n + 127) // 128)):
+                lines.append((kind, f"/v1/stores/bench.zarr/zarr/obsm/X_umap/c/{c}/0"))
+        elif kind == "zarr_4m":
+            for c in range(0, (n + 16383) // 16384):
+                lines.append((kind, f"/v1/stores/bench.zarr/zarr/obsm/X_pca/c/{c}/0"))
+        else:
+            lines.append((kind, sc["cellar"]))
+    return lines
+
+
+# --------------------------------------------------------------------------
+# The run
+
+
+class Results:
+    def __init__(self):
+        self.rows = {}    # (scenario id, server) -> result dict or {"note": ...}
+
+    def put(self, sid, server, res):
+        self.rows[(sid, server)] = res
+
+    def get(self, sid, server):
+        return self.rows.get((sid, server))
+
+
+def run_cellar(cfg, manifest, scenarios, results, workdir):
+    port = free_port()
+    srv = Server("cellar", [cfg["cellar_bin"], "--root", cfg["data_dir"], "--bind", "127.0.0.1",
+                            "--port", str(port), "--threads", str(cfg["threads"])],
+                 "/healthz", port, os.path.join(workdir, "cellar.log"))
+    bodies = os.path.join(workdir, "bodies")
+    os.makedirs(bodies, exist_ok=True)
+    peak = 0
+    try:
+        for sc in scenarios:
+            status, body = probe(srv.base + sc["cellar"])
+            if status == 404 and sc.get("optional"):
+                sc["unavailable"] = True
+                results.put(sc["id"], "cellar", {"note": NOT_AVAILABLE})
+                log(f"{sc['id']}: 404 from cellar, {NOT_AVAILABLE}")
+                continue
+            if status != 200:
+                results.put(sc["id"], "cellar", {"note": f"HTTP {status}: {body[:120]!r}"})
+                sc["unavailable"] = True
+                log(f"{sc['id']}: HTTP {status} {body[:200]!r}")
+                continue
+            sc["body_bytes"] = len(body)
+            with open(os.path.join(bodies, sc["id"]), "wb") as f:
+                f.write(body)
+            reset_peak_rss(srv.pid())
+            res = run_wrk(srv.base + sc["cellar"], cfg["connections"], cfg["duration"], cfg)
+            res["rss_kb"] = read_status_kb(srv.pid(), "VmHWM")
+            peak = max(peak, res["rss_kb"] or 0)
+            results.put(sc["id"], "cellar", res)
+            log(f"cellar {sc['id']}: {res['rps']:.0f} req/s p50 {res['p50_us']}us "
+                f"p99 {res['p99_us']}us rss {res['rss_kb']} kB errors {res['errors']}")
+        paths_file = os.path.join(workdir, "mixed-cellar.tsv")
+        write_paths(paths_file, mixed_paths(manifest, scenarios, "cellar"))
+        for conns in (1, 16, 256):
+            reset_peak_rss(srv.pid())
+            res = run_wrk(srv.base + "/", conns, cfg["duration"], cfg,
+                          script=os.path.join(LUA_DIR, "mixed.lua"),
+                          extra_env={"BENCH_PATHS": paths_file})
+            res["rss_kb"] = read_status_kb(srv.pid(), "VmHWM")
+            peak = max(peak, res["rss_kb"] or 0)
+            results.put(f"mixed_{conns}", "cellar", res)
+            log(f"cellar mixed c={conns}: {res['rps']:.0f} req/s p50 {res['p50_us']}us "
+                f"p99 {res['p99_us']}us rss {res['rss_kb']} kB errors {res['errors']}")
+    finally:
+        hwm = read_status_kb(srv.pid(), "VmHWM")
+        srv.stop()
+    results.cellar_peak_kb = max(peak, hwm or 0)
+    return bodies
+
+
+def write_paths(path, lines):
+    with open(path, "w") as f:
+        for kind, p in lines:
+            f.write(f"{kind}\t{p}\n")
+
+
+def run_mhd(cfg, manifest, scenarios, results, workdir, bodies):
+    port = free_port()
+    zarr_dir = os.path.join(cfg["data_dir"], "bench.zarr")
+    srv = Server("bare libmicrohttpd",
+                 [cfg["mhd_bin"], "--port", str(port), "--threads", str(cfg["threads"]),
+                  "--bodies", bodies, "--files", zarr_dir],
+                 "/", port, os.path.join(workdir, "mhd_ref.log"))
+    try:
+        for sc in scenarios:
+            if sc["mhd"] == "mem":
+                if not os.path.exists(os.path.join(bodies, sc["id"])):
+                    continue  # cellar gave no body to match
+                path = f"/mem/{sc['id']}"
+            else:
+                path = f"/file/{sc['key']}"
+            res = run_wrk(srv.base + path, cfg["connections"], cfg["duration"], cfg)
+            results.put(sc["id"], "mhd", res)
+            log(f"mhd {sc['id']}: {res['rps']:.0f} req/s")
+        paths_file = os.path.join(workdir, "mixed-mhd.tsv")
+        lines = mixed_paths(manifest, scenarios, "mhd")
+        write_paths(paths_file, lines)
+        for conns in (1, 16, 256):
+            res = run_wrk(srv.base + "/", conns, cfg["duration"], cfg,
+                          script=os.path.join(LUA_DIR, "mixed.lua"),
+                          extra_env={"BENCH_PATHS": paths_file})
+            results.put(f"mixed_{conns}", "mhd", res)
+            log(f"mhd mixed c={conns}: {res['rps']:.0f} req/s")
+    finally:
+        srv.stop()
+
+
+def run_nginx(cfg, scenarios, results, workdir):
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    prefix = os.path.join(workdir, "nginx")
+    os.makedirs(prefix, exist_ok=True)
+    port = free_port()
+    with open(os.path.join(HERE, "nginx.conf.in")) as f:
+        conf = f.read()
+    conf = (conf.replace("@PREFIX@", prefix).replace("@PORT@", str(port))
+            .replace("@ROOT@", cfg["data_dir"]).replace("@WORKERS@", str(cfg["threads"]))
+            .replace("@USER@", "user root;" if os.geteuid() == 0 else ""))
+    conf_path = os.path.join(prefix, "nginx.conf")
+    with open(conf_path, "w") as f:
+        f.write(conf)
+    srv = Server("nginx", [nginx, "-p", prefix, "-c", conf_path, "-e",
+                           os.path.join(prefix, "error.log")],
+                 "/bench.zarr/zarr.json", port, os.path.join(workdir, "nginx.log"))
+    try:
+        for sc in scenarios:
+            if not sc.get("nginx"):
+                continue
+            res = run_wrk(srv.base + sc["nginx"], cfg["connections"], cfg["duration"], cfg)
+            results.put(sc["id"], "nginx", res)
+            log(f"nginx {sc['id']}: {res['rps']:.0f} req/s")
+    finally:
+        srv.stop()
+
+
+def run_h5grove(cfg, scenarios, results, workdir):
+    port = free_port()
+    srv = Server("h5grove", [sys.executable, os.path.join(HERE, "h5grove_server.py"),
+                             cfg["data_dir"], str(port)],
+                 "/", port, os.path.join(workdir, "h5grove.log"))
+    try:
+        for sc in scenarios:
+            if not sc.get("h5grove"):
+                continue
+            status, body = probe(srv.base + sc["h5grove"])
+            if status != 200:
+                results.put(sc["id"], "h5grove", {"note": f"HTTP {status}"})
+                log(f"h5grove {sc['id']}: HTTP {status} {body[:200]!r}")
+                continue
+            res = run_wrk(srv.base + sc["h5grove"], cfg["connections"], cfg["duration"], cfg)
+            res["body_bytes"] = len(body)
+            results.put(sc["id"], "h5grove", res)
+            log(f"h5grove {sc['id']}: {res['rps']:.0f} req/s")
+    finally:
+        srv.stop()
+
+
+# --------------------------------------------------------------------------
+# Report
+
+
+def fmt_rps(res):
+    if not res:
+        return "—"
+    if "note" in res:
+        return res["note"]
+    return f"{res['rps']:,.0f}"
+
+
+def fmt_ms(us):
+    ms = us / 1000.0
+    return f"{ms:.3f}" if ms < 1 else f"{ms:.2f}" if ms < 100 else f"{ms:.0f}"
+
+
+def ratio(a, b):
+    if not a or not b or "rps" not in a or "rps" not in b or not b["rps"]:
+        return None
+    return a["rps"] / b["rps"]
+
+
+def fmt_ratio(r):
+    if r is None:
+        return "—"
+    return f"{r:.2f}" if r < 10 else f"{r:.0f}x" if r >= 100 else f"{r:.1f}x"
+
+
+def build_table(scenarios, results, cfg):
+    head = ("| scenario | conns | body bytes | cellar req/s | p50 ms | p99 ms | cellar peak RSS MB "
+            "| errors | bare MHD req/s | ratio to MHD | other reference | ref req/s | ratio |")
+    sep = "|" + "---|" * 13
+    lines = [head, sep]
+    rows = [(sc["id"], sc["label"], cfg["connections"], sc) for sc in scenarios]
+    rows += [(f"mixed_{c}", f"mixed load (mixed.lua)", c, None) for c in (1, 16, 256)]
+    for sid, label, conns, sc in rows:
+        c = results.get(sid, "cellar")
+        m = results.get(sid, "mhd")
+        if sc and sc.get("nginx"):
+            other_name, o = "nginx (static file)", results.get(sid, "nginx")
+        elif sc and sc.get("h5grove"):
+            other_name, o = "h5grove", results.get(sid, "h5grove")
+        else:
+            other_name, o = "—", None
+        if c and "note" in c:
+            lines.append(f"| {label} | {conns} | — | {c['note']} | — | — | — | — | "
+                         f"{fmt_rps(m)} | — | {other_name} | {fmt_rps(o)} | — |")
+            continue
+        if not c:
+            continue
+        body = sc.get("body_bytes", "—") if sc else "mixed"
+        lines.append(
+            f"| {label} | {conns} | {body} | {c['rps']:,.0f} | {fmt_ms(c['p50_us'])} | "
+            f"{fmt_ms(c['p99_us'])} | {(c.get('rss_kb') or 0) / 1024:.0f} | {c['errors']} | "
+            f"{fmt_rps(m)} | {fmt_ratio(ratio(c, m))} | {other_name} | {fmt_rps(o)} | "
+            f"{fmt_ratio(ratio(c, o))} |")
+    return "\n".join(lines)
+
+
+def build_raw_table(results):
+    lines = ["| scenario | server | req/s | p50 ms | p90 ms | p99 ms | max ms | errors | requests |",
+             "|" + "---|" * 9]
+    for (sid, server), res in results.rows.items():
+        if "note" in res:
+            lines.append(f"| {sid} | {server} | {res['note']} | | | | | | |")
+            continue
+        lines.append(f"| {sid} | {server} | {res['rps']:,.0f} | {fmt_ms(res['p50_us'])} | "
+                     f"{fmt_ms(res['p90_us'])} | {fmt_ms(res['p99_us'])} | "
+                     f"{fmt_ms(res['max_us'])} | {res['errors']} | {res['requests']} |")
+    return "\n".join(lines)
+
+
+def check_targets(scenarios, results, cfg):
+    out = []
+    for sid in ("summary", "modlist", "obs_json", "obs_csv", "obsmap"):
+        c, m, h = (results.get(sid, s) for s in ("cellar", "mhd", "h5grove"))
+        r = ratio(c, m)
+        if r is not None:
+            out.append((f"{sid}: >= 0.9 of bare libmicrohttpd req/s "
+                        f"({cfg['connections']} connections)", r >= 0.9, f"{r:.2f}"))
+        r = ratio(c, h)
+        if r is not None:
+            out.append((f"{sid}: >= 20x h5grove req/s", r >= 20, f"{r:.1f}x"))
+    c = results.get("mixed_256", "cellar")
+    if c and "rps" in c:
+        out.append(("mixed load, 256 connections: no errors", c["errors"] == 0,
+                    f"{c['errors']} errors"))
+        spread = c["p99_us"] / max(c["p50_us"], 1)
+        out.append(("mixed load, 256 connections: p99 under 10x p50", spread < 10,
+                    f"p99/p50 = {spread:.1f}"))
+        rss = (c.get("rss_kb") or 0) / 1024
+        scope = "" if cfg["scale"] >= 1 else f" (measured at BENCH_SCALE={cfg['scale']:g}; " \
+                                                "the target is for BENCH_SCALE=1)"
+        out.append((f"mixed load, 256 connections: RSS under 150 MB{scope}", rss < 150,
+                    f"{rss:.0f} MB"))
+    return out
+
+
+def machine_info(cfg):
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            m = re.search(r"^model name\s*:\s*(.+)$", f.read(), re.M)
+            info["cpu"] = m.group(1).strip() if m else platform.processor()
+    except OSError:
+        info["cpu"] = platform.processor()
+    info["cores"] = os.cpu_count()
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(re.search(r"^MemTotal:\s*(\d+)", f.read(), re.M).group(1))
+            info["memory"] = f"{kb / 1024 / 1024:.1f} GiB"
+    except (OSError, AttributeError):
+        info["memory"] = "?"
+    info["kernel"] = platform.release()
+
+    def version(argv, pattern=r"(\S+)"):
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+            text = out.stdout + out.stderr
+            m = re.search(pattern, text)
+            return m.group(1) if m else text.strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            return "?"
+
+    info["cellar"] = version([cfg["cellar_bin"], "--version"], r"(\d+\.\d+\.\d+\S*)")
+    info["commit"] = version(["git", "-C", REPO, "rev-parse", "--short", "HEAD"])
+    info["libmicrohttpd"] = version(["pkg-config", "--modversion", "libmicrohttpd"])
+    info["wrk"] = version(["wrk", "-v"], r"wrk (\S+)")
+    info["nginx"] = version([shutil.which("nginx") or "/usr/sbin/nginx", "-v"],
+                            r"nginx/(\S+)")
+    try:
+        from importlib.metadata import version as pkg_version
+        info["h5grove"] = pkg_version("h5grove")
+        info["tornado"] = pkg_version("tornado")
+    except Exception:  # noqa: BLE001 - only for the report
+        info["h5grove"] = "?"
+    return info
+
+
+def write_markdown(path, cfg, manifest, scenarios, results, table, targets, info, seconds):
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    t_lines = [f"| {name} | {'holds' if ok else '**does not hold**'} | {value} |"
+               for name, ok, value in targets]
+    notes = []
+    for sc in scenarios:
+        if sc.get("h5grove"):
+            notes.append(f"- {sc['label']}: cellar `{sc['cellar'][:120]}"
+                         f"{'…' if len(sc['cellar']) > 120 else ''}`; h5grove "
+                         f"`{sc['h5grove']}` ({sc['h5grove_note']}).")
+        elif sc.get("nginx"):
+            notes.append(f"- {sc['label']}: cellar `{sc['cellar']}`; nginx `{sc['nginx']}`; "
+                         f"bare libmicrohttpd sends the same file ({sc['key_bytes']} bytes) "
+                         "by sendfile.")
+        else:
+            notes.append(f"- {sc['label']}: cellar `{sc['cellar']}`.")
+    text = f"""# Benchmarks
+
+Written by `make bench` ({cfg['command']}); do not edit by hand. Every number
+below comes from one run on one machine: cellar and its references were
+started by the harness on 127.0.0.1, on the same files, one after the other,
+and driven by the same wrk settings.
+
+- Date: {date} (the run took {seconds:.0f} s)
+- Command: `{cfg['command']}`
+- Machine: {info['cpu']}, {info['cores']} cores, {info['memory']} memory, Linux {info['kernel']}
+- Versions: cellar {info['cellar']} (commit {info['commit']}), libmicrohttpd {info['libmicrohttpd']},
+  wrk {info['wrk']}, nginx {info['nginx']}, h5grove {info['h5grove']} (tornado {info.get('tornado', '?')})
+- Data: BENCH_SCALE={cfg['scale']:g}: {manifest['cells']:,} cells x {manifest['genes']} genes
+  ({manifest['nnz']:,} stored values in X); the MuData holds {manifest['mudata_cells']:,} cells
+  (`rna` {manifest['rna_cells']:,}, `prot` {manifest['prot_cells']:,}). Written by
+  `bench/make_data.py` with anndata/mudata, seed {manifest['seed']}.
+- Load: wrk, {cfg['wrk_threads']} thread(s), {cfg['duration']:g} s per run after
+  {cfg['warmup']:g} s of warm-up, {cfg['connections']} connections unless stated;
+  servers with {cfg['threads']} threads (cellar `--threads`, the libmicrohttpd pool,
+  nginx workers; h5grove runs in one tornado process).
+
+## Results
+
+Ratios are cellar's requests/s over the reference's, from this run. Latencies
+are wrk's (p50, p99), RSS is cellar's peak resident size (VmHWM, reset before
+each scenario).
+
+{table}
+
+## Targets (issue 6)
+
+| target | result | value |
+|---|---|---|
+{chr(10).join(t_lines)}
+
+## What each row requests
+
+{chr(10).join(notes)}
+- Bare libmicrohttpd (`bench/mhd_ref.c`): same daemon flags as cellar
+  (thread pool, epoll), answering from memory a body of exactly the size of
+  cellar's answer to the same scenario (saved from cellar in this run), or
+  the zarr key's file by sendfile.
+- h5grove cannot express most requests the way cellar answers them: a
+  three-column obs slice with its index and categorical values is four or more
+  h5grove requests (index, codes, categories, each column); an obsmap lookup by
+  names needs the names resolved first. The h5grove rows measure the single
+  closest request listed above, so the ratio to h5grove understates cellar.
+- Mixed load: `bench/wrk/mixed.lua` holds the weights; the bare
+  libmicrohttpd mixed run draws the same kinds with the same weights from
+  bodies of the same sizes.
+- The full run: `make bench BENCH_SCALE=1 BENCH_DURATION=15` (200,000 cells;
+  several minutes more for the data the first time). Data is generated once
+  per scale into `bench/data/` (git-ignored).
+
+## Every run
+
+{build_raw_table(results)}
+"""
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def main():
+    scale = env_float("BENCH_SCALE", 0.1)
+    cfg = {
+        "cellar_bin": os.path.abspath(os.environ["CELLAR_BIN"]),
+        "scale": scale,
+        "duration": env_float("BENCH_DURATION", 5),
+        "warmup": env_float("BENCH_WARMUP", 1),
+        "connections": env_int("BENCH_CONNECTIONS", 16),
+        "threads": env_int("BENCH_THREADS", os.cpu_count() or 2),
+        "wrk_threads": env_int("BENCH_WRK_THREADS", 1),
+        "data_dir": os.path.join(HERE, "data", f"scale-{scale:g}"),
+        "mhd_bin": os.path.join(HERE, "data", "bin", "mhd_ref"),
+        "out": os.environ.get("BENCH_OUT") or os.path.join(REPO, "BENCHMARKS.md"),
+        "only": set(filter(None, os.environ.get("BENCH_ONLY", "").split(","))),
+    }
+    cfg["command"] = os.environ.get("BENCH_COMMAND") or (
+        f"make bench BENCH_SCALE={scale:g} BENCH_DURATION={cfg['duration']:g}")
+    t0 = time.time()
+    manifest_path = os.path.join(cfg["data_dir"], "manifest.json")
+    if not os.path.exists(manifest_path):
+        log(f"writing data at scale {scale:g} into {cfg['data_dir']}")
+        subprocess.run([sys.executable, os.path.join(HERE, "make_data.py"), cfg["data_dir"],
+                        str(scale)], check=True, stdout=subprocess.DEVNULL)
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    os.chmod(cfg["data_dir"], 0o755)
+    workdir = os.path.join(HERE, "data", "run")
+    shutil.rmtree(workdir, ignore_errors=True)
+    os.makedirs(workdir)
+    scenarios = build_scenarios(manifest, os.path.join(cfg["data_dir"], "bench.zarr"))
+    results = Results()
+    results.cellar_peak_kb = 0
+
+    def wanted(name):
+        return not cfg["only"] or name in cfg["only"]
+
+    bodies = run_cellar(cfg, manifest, scenarios, results, workdir)
+    for name, fn in (("mhd", lambda: run_mhd(cfg, manifest, scenarios, results, workdir, bodies)),
+                     ("nginx", lambda: run_nginx(cfg, scenarios, results, workdir)),
+                     ("h5grove", lambda: run_h5grove(cfg, scenarios, results, workdir))):
+        if not wanted(name):
+            continue
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - a missing reference is reported, not fatal
+            log(f"{name} failed: {e}")
+            key = {"mhd": "mhd", "nginx": "nginx", "h5grove": "h5grove"}[name]
+            for sc in scenarios:
+                if sc.get(key) and results.get(sc["id"], name) is None:
+                    results.put(sc["id"], name, {"note": f"{name} did not run"})
+    table = build_table(scenarios, results, cfg)
+    targets = check_targets(scenarios, results, cfg)
+    info = machine_info(cfg)
+    seconds = time.time() - t0
+    write_markdown(cfg["out"], cfg, manifest, scenarios, results, table, targets, info, seconds)
+    print(table)
+    print()
+    for name, ok, value in targets:
+        print(f"{'OK  ' if ok else 'MISS'} {name}: {value}")
+    print(f"\ncellar peak RSS over the run: {results.cellar_peak_kb / 1024:.0f} MB; "
+          f"wrote {os.path.relpath(cfg['out'], REPO)} in {seconds:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
