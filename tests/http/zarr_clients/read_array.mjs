@@ -1,6 +1,6 @@
 // Reads one array of a zarr store over HTTP with zarrita.js and prints it
 // as JSON: {"dtype", "shape", "data"} (data flattened in C order; BigInt
-// values as strings).
+// values and non-finite floats as strings: "-12", "NaN", "-Infinity").
 //
 //   node read_array.mjs STORE_URL ARRAY_PATH [ROW_START ROW_STOP]
 //
@@ -21,7 +21,9 @@ if (start !== undefined) {
   selection = arr.shape.map((_, i) => (i === 0 ? zarr.slice(Number(start), Number(stop)) : null));
 }
 const chunk = await zarr.get(arr, selection);
-const data = Array.from(chunk.data, (v) => (typeof v === "bigint" ? v.toString() : v));
+const data = Array.from(chunk.data, (v) =>
+  typeof v === "bigint" || (typeof v === "number" && !Number.isFinite(v)) ? String(v) : v,
+);
 process.stdout.write(
   JSON.stringify({
     dtype: arr.dtype,
