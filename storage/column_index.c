@@ -400,6 +400,17 @@ static int get_slot(store *s, const matrix *m, ci_slot **out, cellar_error *err)
     return rc;
 }
 
+/* Accounts a ready index's mapping in the version's derived bytes (what
+ * /metrics reports as cache bytes); the slot keeps owning it. */
+static int account_bytes(void *ctx, void **value, size_t *bytes, cellar_error *err)
+{
+    (void)err;
+    const column_index *ci = ctx;
+    *value = (void *)ci;
+    *bytes = ci->map_bytes;
+    return 0;
+}
+
 typedef struct build_job {
     store *s;
     matrix m;
@@ -428,6 +439,12 @@ static void build_run(void *arg)
     job->slot->ci = ci;
     job->slot->state = rc ? COLUMN_INDEX_FAILED : COLUMN_INDEX_READY;
     pthread_mutex_unlock(&job->slot->lock);
+    if (!rc) {
+        char key[1024];
+        void *v;
+        snprintf(key, sizeof key, "colidx-bytes:%s", node_path(job->m.element));
+        store_derived(job->s, key, account_bytes, ci, NULL, &v, &err);
+    }
     store_release(job->s);
     free(job->path);
     free(job);
@@ -454,8 +471,13 @@ int column_index_get(store *s, const matrix *m, const column_index_options *opts
         slot->load_tried = 1;
         cellar_error lerr;
         cellar_error_clear(&lerr);
-        if (column_index_load(path, m, &slot->ci, &lerr) == 0)
+        if (column_index_load(path, m, &slot->ci, &lerr) == 0) {
             slot->state = COLUMN_INDEX_READY;
+            char key[1024];
+            void *v;
+            snprintf(key, sizeof key, "colidx-bytes:%s", node_path(m->element));
+            store_derived(s, key, account_bytes, slot->ci, NULL, &v, &lerr);
+        }
     }
     if (slot->state == COLUMN_INDEX_ABSENT && opts && opts->submit) {
         job = calloc(1, sizeof *job);

@@ -377,7 +377,12 @@ def test_column_index_lifecycle(tmp_path, server_factory, mroot):
     got, state = gene_column(srv, path, "G3")
     assert state in ("building", "ready")
     np.testing.assert_array_equal(got, mw.dense(a[:, "G3"].X))
-    wait_ready(srv, path, var_names="G3")
+    ready = wait_ready(srv, path, var_names="G3")
+    index_bytes = int(ready.headers["X-Column-Index"].split("bytes=")[1])
+    assert index_bytes > 64
+    metrics = srv.get("/metrics").text
+    held = [line for line in metrics.splitlines() if line.startswith("cellar_cache_bytes ")]
+    assert held and int(held[0].split()[1]) >= index_bytes, held
     for gene in ["G3", "G0", "G2", "G11"]:   # G2 is an empty column
         got, state = gene_column(srv, path, gene)
         assert state == "ready"
