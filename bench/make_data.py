@@ -16,7 +16,12 @@ Stores (all in OUT_DIR):
   bench.h5mu  MuData (axis 0) over the same N cells: modality `rna`
               (90% of the cells, the same genes) and `prot` (80% of the
               cells, 50 dense float32 features); global obs `sample`.
-A file `manifest.json` records what was written (scale, sizes, keys).
+  bench.h5td  TreeData over the same N cells (obs cell_type, X N x 8 float32)
+              with obst `lineage`: a binary tree whose leaves are the cells
+              (internal nodes node0, node1, ..., the root last), `length` on
+              every edge; label "tree", alignment "leaves".
+A file `manifest.json` records what was written (scale, sizes, keys) and the
+DATA_VERSION, so bench/run.py rewrites the data when this file changes it.
 """
 
 import json
@@ -33,8 +38,11 @@ warnings.filterwarnings("ignore")
 
 import anndata as ad  # noqa: E402
 import mudata as md  # noqa: E402
+import networkx as nx  # noqa: E402
+import treedata as td  # noqa: E402
 import zarr  # noqa: E402
 
+DATA_VERSION = 2
 SEED = 20240611
 FULL_CELLS = 200_000
 N_GENES = 2000
@@ -116,6 +124,38 @@ def make_mudata(rng, adata):
     return mdata
 
 
+def binary_tree(leaves, rng):
+    """Pairs neighbours level by level: node0.. are the first level's parents."""
+    edges = []
+    level, k = list(leaves), 0
+    while len(level) > 1:
+        nxt = []
+        for i in range(0, len(level) - 1, 2):
+            parent = f"node{k}"
+            k += 1
+            edges.append((parent, level[i]))
+            edges.append((parent, level[i + 1]))
+            nxt.append(parent)
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    lengths = np.round(rng.random(len(edges)), 3)
+    g = nx.DiGraph()
+    g.add_edges_from((a, b, {"length": float(x)}) for (a, b), x in zip(edges, lengths))
+    return g, level[0]
+
+
+def make_treedata(rng, adata):
+    n = adata.n_obs
+    obs = pd.DataFrame(index=adata.obs_names.copy())
+    obs["cell_type"] = adata.obs["cell_type"].to_numpy()
+    tree, root = binary_tree(list(adata.obs_names), rng)
+    tdata = td.TreeData(X=rng.random((n, 8), dtype=np.float32), obs=obs,
+                        obst={"lineage": tree}, label="tree", alignment="leaves",
+                        allow_overlap=False)
+    return tdata, root, tree.number_of_nodes()
+
+
 def main():
     out = sys.argv[1]
     scale = float(sys.argv[2])
@@ -128,9 +168,12 @@ def main():
     write_zarr(adata, os.path.join(out, "bench.zarr"))
     mdata = make_mudata(rng, adata)
     md.write_h5mu(os.path.join(out, "bench.h5mu"), mdata)
+    tdata, tree_root, tree_nodes = make_treedata(rng, adata)
+    tdata.write_h5td(os.path.join(out, "bench.h5td"))
     global_names = np.asarray(mdata.obs_names)
     pick = np.linspace(0, len(global_names) - 1, 100).round().astype(int)
     manifest = {
+        "version": DATA_VERSION,
         "scale": scale,
         "cells": n,
         "genes": N_GENES,
@@ -138,12 +181,14 @@ def main():
         "mudata_cells": int(mdata.n_obs),
         "rna_cells": int(mdata["rna"].n_obs),
         "prot_cells": int(mdata["prot"].n_obs),
+        "tree_root": tree_root,
+        "tree_nodes": tree_nodes,
         "seed": SEED,
         # 100 global obs names spread over the MuData, for obsmap lookups.
         "obsmap_names": [str(x) for x in global_names[pick]],
         "seconds": round(time.time() - t0, 1),
         "files": {name: file_bytes(os.path.join(out, name))
-                  for name in ("bench.h5ad", "bench.zarr", "bench.h5mu")},
+                  for name in ("bench.h5ad", "bench.zarr", "bench.h5mu", "bench.h5td")},
     }
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)

@@ -1,6 +1,6 @@
 /* The bare libmicrohttpd reference for `make bench`.
  *
- *   mhd_ref --port P --threads N --bodies DIR --files ROOT
+ *   mhd_ref --port P --threads N --bodies DIR --files ROOT [--memory-limit KIB]
  *
  * GET /mem/NAME   answers the bytes of DIR/NAME, read into memory at start
  *                 (the harness saves there each of cellar's answers, so the
@@ -10,8 +10,10 @@
  *                 server does).
  *
  * The daemon uses the same flags and options as cellar's server/http.c
- * (internal polling thread pool, epoll, same connection memory limit), so
- * the difference between the two is what cellar does per request. */
+ * (internal polling thread pool, epoll, and by default the same connection
+ * memory limit, 256 KiB), so the difference between the two is what cellar
+ * does per request.  libmicrohttpd zeroes a connection's memory pool between
+ * keep-alive requests, so --memory-limit changes the cost of every request. */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -168,6 +170,7 @@ int main(int argc, char **argv)
 {
     static ref_server srv;
     unsigned port = 0, threads = 2;
+    size_t memory_limit_kib = 256;
     const char *bodies = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--port"))
@@ -178,9 +181,12 @@ int main(int argc, char **argv)
             bodies = argv[i + 1];
         else if (!strcmp(argv[i], "--files"))
             srv.files_root = argv[i + 1];
+        else if (!strcmp(argv[i], "--memory-limit"))
+            memory_limit_kib = (size_t)strtoul(argv[i + 1], NULL, 10);
     }
-    if (!port || !threads) {
-        fprintf(stderr, "usage: mhd_ref --port P --threads N [--bodies DIR] [--files ROOT]\n");
+    if (!port || !threads || memory_limit_kib < 4) {
+        fprintf(stderr, "usage: mhd_ref --port P --threads N [--bodies DIR] [--files ROOT] "
+                        "[--memory-limit KIB]\n");
         return 2;
     }
     if (bodies && load_bodies(&srv, bodies) != 0)
@@ -195,7 +201,7 @@ int main(int argc, char **argv)
         (uint16_t)port, NULL, NULL, on_request, &srv,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_THREAD_POOL_SIZE, threads,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, memory_limit_kib * 1024,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)60,
         MHD_OPTION_END);
     if (!d) {

@@ -5,7 +5,7 @@
 Environment:
   CELLAR_BIN          the cellar binary to measure (required)
   BENCH_SCALE         data size, 1 = 200,000 cells (default 0.1, a quick run)
-  BENCH_DURATION      seconds each measured wrk run lasts (default 5)
+  BENCH_DURATION      seconds each measured wrk run lasts (default 4)
   BENCH_WARMUP        seconds of unmeasured load before each run (default 1)
   BENCH_CONNECTIONS   connections of the single-endpoint runs (default 16)
   BENCH_THREADS       server threads: cellar --threads, the bare
@@ -37,6 +37,7 @@ REPO = os.path.dirname(HERE)
 LUA_DIR = os.path.join(HERE, "wrk")
 
 NOT_AVAILABLE = "route not available yet"
+MHD_DEFAULT_POOL_KIB = 32
 
 
 def env_float(name, default):
@@ -209,6 +210,22 @@ def build_scenarios(manifest, zarr_dir):
         dict(id="x_gene", label="X one gene column (CSR)", group="matrices", optional=True,
              cellar=f"{stores}/bench.h5ad/X?var_names=gene_0042", mhd="mem"),
     ]
+    tree = f"{stores}/bench.h5td/obst/lineage"
+    root = manifest.get("tree_root", "node0")
+    leaves = [f"cell_{i:07d}" for i in (n // 7, n // 3, (n * 5) // 6)]
+    s += [
+        dict(id="tree_node", label="tree node (attributes, children)", group="trees",
+             optional=True, cellar=f"{tree}/nodes/{root}", mhd="mem"),
+        dict(id="tree_ancestors", label="tree ancestors of a leaf", group="trees",
+             optional=True, cellar=f"{tree}/ancestors?node={leaves[0]}", mhd="mem"),
+        dict(id="tree_lca", label="tree LCA of 3 leaves", group="trees", optional=True,
+             cellar=f"{tree}/lca?nodes={','.join(leaves)}", mhd="mem"),
+        dict(id="tree_subtree", label="tree subtree, depth 6 from the root", group="trees",
+             optional=True, cellar=f"{tree}/subtree?root={root}&depth=6", mhd="mem"),
+        dict(id="tree_viewport", label="tree viewport, 2000 nodes max", group="trees",
+             optional=True, mhd="mem",
+             cellar=f"{tree}/viewport?x0=0&x1=1000000&y0=0&y1={n // 10}&max_nodes=2000"),
+    ]
     for sc in s:
         if sc.get("key"):
             sc["key_bytes"] = os.path.getsize(os.path.join(zarr_dir, sc["key"]))
@@ -326,7 +343,8 @@ def run_mhd(cfg, manifest, scenarios, results, workdir, bodies):
     zarr_dir = os.path.join(cfg["data_dir"], "bench.zarr")
     srv = Server("bare libmicrohttpd",
                  [cfg["mhd_bin"], "--port", str(port), "--threads", str(cfg["threads"]),
-                  "--bodies", bodies, "--files", zarr_dir],
+                  "--bodies", bodies, "--files", zarr_dir,
+                  "--memory-limit", str(cfg["pool_kib"])],
                  "/", port, os.path.join(workdir, "mhd_ref.log"))
     try:
         for sc in scenarios:
@@ -348,6 +366,23 @@ def run_mhd(cfg, manifest, scenarios, results, workdir, bodies):
                           extra_env={"BENCH_PATHS": paths_file})
             results.put(f"mixed_{conns}", "mhd", res)
             log(f"mhd mixed c={conns}: {res['rps']:.0f} req/s")
+    finally:
+        srv.stop()
+    if cfg["pool_kib"] == MHD_DEFAULT_POOL_KIB:
+        return
+    # The same bodies with libmicrohttpd's default connection pool: what the
+    # pool size alone costs (it is zeroed between keep-alive requests).
+    port = free_port()
+    srv = Server("bare libmicrohttpd, default pool",
+                 [cfg["mhd_bin"], "--port", str(port), "--threads", str(cfg["threads"]),
+                  "--bodies", bodies, "--memory-limit", str(MHD_DEFAULT_POOL_KIB)],
+                 "/", port, os.path.join(workdir, "mhd_ref_default_pool.log"))
+    try:
+        for sid in ("modlist", "obs_json"):
+            if os.path.exists(os.path.join(bodies, sid)):
+                res = run_wrk(srv.base + f"/mem/{sid}", cfg["connections"], cfg["duration"], cfg)
+                results.put(sid, "mhd_default_pool", res)
+                log(f"mhd (default pool) {sid}: {res['rps']:.0f} req/s")
     finally:
         srv.stop()
 
@@ -596,9 +631,13 @@ each scenario).
 
 {chr(10).join(notes)}
 - Bare libmicrohttpd (`bench/mhd_ref.c`): same daemon flags as cellar
-  (thread pool, epoll), answering from memory a body of exactly the size of
+  (thread pool, epoll, the {cfg['pool_kib']} KiB connection memory limit read
+  from `server/http.c`), answering from memory a body of exactly the size of
   cellar's answer to the same scenario (saved from cellar in this run), or
-  the zarr key's file by sendfile.
+  the zarr key's file by sendfile. libmicrohttpd zeroes a connection's pool
+  between keep-alive requests, so the pool size is a per-request cost: the
+  `mhd_default_pool` rows below are the same bodies with libmicrohttpd's
+  default {MHD_DEFAULT_POOL_KIB} KiB pool.
 - h5grove cannot express most requests the way cellar answers them: a
   three-column obs slice with its index and categorical values is four or more
   h5grove requests (index, codes, categories, each column); an obsmap lookup by
@@ -619,12 +658,37 @@ each scenario).
         f.write(text)
 
 
+def wanted_data_version():
+    with open(os.path.join(HERE, "make_data.py")) as f:
+        return int(re.search(r"^DATA_VERSION = (\d+)", f.read(), re.M).group(1))
+
+
+def data_version(manifest_path):
+    try:
+        with open(manifest_path) as f:
+            return json.load(f).get("version")
+    except (OSError, ValueError):
+        return None
+
+
+def cellar_pool_kib():
+    """cellar's libmicrohttpd connection memory limit, read from server/http.c
+    so that the bare reference runs with the same (default 256 KiB)."""
+    try:
+        with open(os.path.join(REPO, "server", "http.c")) as f:
+            m = re.search(r"MHD_OPTION_CONNECTION_MEMORY_LIMIT,\s*\(size_t\)\s*\((\d+)\s*\*\s*1024\)",
+                          f.read())
+        return int(m.group(1)) if m else 256
+    except OSError:
+        return 256
+
+
 def main():
     scale = env_float("BENCH_SCALE", 0.1)
     cfg = {
         "cellar_bin": os.path.abspath(os.environ["CELLAR_BIN"]),
         "scale": scale,
-        "duration": env_float("BENCH_DURATION", 5),
+        "duration": env_float("BENCH_DURATION", 4),
         "warmup": env_float("BENCH_WARMUP", 1),
         "connections": env_int("BENCH_CONNECTIONS", 16),
         "threads": env_int("BENCH_THREADS", os.cpu_count() or 2),
@@ -633,12 +697,14 @@ def main():
         "mhd_bin": os.path.join(HERE, "data", "bin", "mhd_ref"),
         "out": os.environ.get("BENCH_OUT") or os.path.join(REPO, "BENCHMARKS.md"),
         "only": set(filter(None, os.environ.get("BENCH_ONLY", "").split(","))),
+        "pool_kib": cellar_pool_kib(),
     }
     cfg["command"] = os.environ.get("BENCH_COMMAND") or (
         f"make bench BENCH_SCALE={scale:g} BENCH_DURATION={cfg['duration']:g}")
     t0 = time.time()
     manifest_path = os.path.join(cfg["data_dir"], "manifest.json")
-    if not os.path.exists(manifest_path):
+    if data_version(manifest_path) != wanted_data_version():
+        shutil.rmtree(cfg["data_dir"], ignore_errors=True)
         log(f"writing data at scale {scale:g} into {cfg['data_dir']}")
         subprocess.run([sys.executable, os.path.join(HERE, "make_data.py"), cfg["data_dir"],
                         str(scale)], check=True, stdout=subprocess.DEVNULL)
