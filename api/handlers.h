@@ -79,4 +79,22 @@ uint64_t api_limit(const api_request *req);
 int api_begin_binary(api_request *req, api_response *res, api_format fmt, dtype_kind dt,
                      const int64_t *shape, int ndim, cellar_error *err);
 
+/* ---- trees (api/trees.c): TreeData obst / vart under {ad} ----
+ * req->element is "obst" or "vart", req->key the tree key, req->item the
+ * node id of .../nodes/{node}.  Every route takes max_nodes (default
+ * 100000; an answer with more nodes is 413 with a hint) and obs_columns
+ * (obst) / var_columns (vart) to join obs / var values onto the nodes that
+ * name a row (leaves only when the alignment is "leaves").  Unknown tree or
+ * node is 404; a tree that cannot be read is 422. */
+int api_trees_list(api_request *req, api_response *res, cellar_error *err);
+/* The whole tree: node-link JSON (networkx node_link_data) or
+ * format=newick with length= naming the edge attribute of branch lengths. */
+int api_tree(api_request *req, api_response *res, cellar_error *err);
+int api_tree_node(api_request *req, api_response *res, cellar_error *err);
+int api_tree_subtree(api_request *req, api_response *res, cellar_error *err);
+int api_tree_ancestors(api_request *req, api_response *res, cellar_error *err);
+int api_tree_leaves(api_request *req, api_response *res, cellar_error *err);
+int api_tree_lca(api_request *req, api_response *res, cellar_error *err);
+int api_tree_viewport(api_request *req, api_response *res, cellar_error *err);
+
 #endif

@@ -54,6 +54,7 @@ typedef struct api_request {
     int raw;                   /* the route went through {ad}/raw/ */
     const char *element;       /* "obs", "var", "X", "layers", ... */
     const char *key;           /* the rest after the element, e.g. "schema" or a layer name */
+    const char *item;          /* trees: the node id of {ad}/obst/{key}/nodes/{node}; else NULL */
 
     api_param *query;          /* query arguments in order */
     size_t n_query;

@@ -32,6 +32,19 @@ static const route_def routes[ROUTE_COUNT] = {
     [ROUTE_ZARR_RAW] = {ROUTE_ZARR_RAW, "/v1/stores/{store}/zarr/{key}", api_zarr_raw, READ},
     [ROUTE_MATRIX] = {ROUTE_MATRIX, "{ad}/{X|layers|obsm|varm|obsp|varp}", api_matrix, READ_POST},
     [ROUTE_UNS] = {ROUTE_UNS, "{ad}/uns/{path}", api_uns, READ},
+    [ROUTE_TREE_LIST] = {ROUTE_TREE_LIST, "{ad}/{obst|vart}", api_trees_list, READ},
+    [ROUTE_TREE] = {ROUTE_TREE, "{ad}/{obst|vart}/{key}", api_tree, READ_POST},
+    [ROUTE_TREE_NODE] = {ROUTE_TREE_NODE, "{ad}/{obst|vart}/{key}/nodes/{node}", api_tree_node,
+                         READ_POST},
+    [ROUTE_TREE_SUBTREE] = {ROUTE_TREE_SUBTREE, "{ad}/{obst|vart}/{key}/subtree",
+                            api_tree_subtree, READ_POST},
+    [ROUTE_TREE_ANCESTORS] = {ROUTE_TREE_ANCESTORS, "{ad}/{obst|vart}/{key}/ancestors",
+                              api_tree_ancestors, READ_POST},
+    [ROUTE_TREE_LEAVES] = {ROUTE_TREE_LEAVES, "{ad}/{obst|vart}/{key}/leaves", api_tree_leaves,
+                           READ_POST},
+    [ROUTE_TREE_LCA] = {ROUTE_TREE_LCA, "{ad}/{obst|vart}/{key}/lca", api_tree_lca, READ_POST},
+    [ROUTE_TREE_VIEWPORT] = {ROUTE_TREE_VIEWPORT, "{ad}/{obst|vart}/{key}/viewport",
+                             api_tree_viewport, READ_POST},
 };
 
 /* Element routes under an AnnData prefix: literal segments, "*" captures. */
@@ -159,6 +172,38 @@ static int match_uns(char **seg, size_t n, api_request *req, route_match *out)
     return 0;
 }
 
+/* {ad}/{obst|vart}[/{key}[/nodes/{node} | /{query}]]: req->element is the
+ * axis, req->key the tree key, req->item the node id. */
+static int match_trees(char **seg, size_t n, api_request *req, route_match *out)
+{
+    static const struct {
+        const char *name;
+        route_id id;
+    } queries[] = {
+        {"subtree", ROUTE_TREE_SUBTREE}, {"ancestors", ROUTE_TREE_ANCESTORS},
+        {"leaves", ROUTE_TREE_LEAVES},   {"lca", ROUTE_TREE_LCA},
+        {"viewport", ROUTE_TREE_VIEWPORT},
+    };
+    req->element = seg[0];
+    req->key = n > 1 ? seg[1] : NULL;
+    if (n == 1 || n == 2) {
+        set_route(out, n == 1 ? ROUTE_TREE_LIST : ROUTE_TREE);
+        return 0;
+    }
+    if (n == 4 && !strcmp(seg[2], "nodes")) {
+        req->item = seg[3];
+        set_route(out, ROUTE_TREE_NODE);
+        return 0;
+    }
+    for (size_t i = 0; n == 3 && i < sizeof queries / sizeof *queries; i++) {
+        if (!strcmp(seg[2], queries[i].name)) {
+            set_route(out, queries[i].id);
+            return 0;
+        }
+    }
+    return CELLAR_ENOTFOUND;
+}
+
 /* Matches the segments after an AnnData prefix. */
 static int match_element(char **seg, size_t n, api_request *req, route_match *out)
 {
@@ -169,6 +214,8 @@ static int match_element(char **seg, size_t n, api_request *req, route_match *ou
     }
     if (n >= 1 && !strcmp(seg[0], "uns"))
         return match_uns(seg, n, req, out);
+    if (n >= 1 && (!strcmp(seg[0], "obst") || !strcmp(seg[0], "vart")))
+        return match_trees(seg, n, req, out);
     for (size_t r = 0; r < sizeof element_routes / sizeof *element_routes; r++) {
         const element_route *er = &element_routes[r];
         size_t len = 0;
