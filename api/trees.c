@@ -564,17 +564,17 @@ static int write_node_link(api_request *req, api_response *res, tree_req *tr,
 /* ---- Newick ---- */
 
 /* Branch lengths from an edge attribute other than `length`. */
-static double attr_length(void *ctx, const tree_index *t, int32_t node)
+static double attr_length(void *ctx, const tree_index *t, int32_t v)
 {
     const char *name = ctx;
-    const char *ea = tree_index_edge_attrs(t, node);
+    const char *ea = tree_index_edge_attrs(t, v);
     char pat[300];
     snprintf(pat, sizeof pat, "\"%s\":", name);
     if (!ea || !strstr(ea, pat))
         return NAN;
     json_t *o = json_loads(ea, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
-    json_t *v = json_object_get(o, name);
-    double l = json_is_number(v) ? json_number_value(v) : NAN;
+    json_t *x = json_object_get(o, name);
+    double l = json_is_number(x) ? json_number_value(x) : NAN;
     json_decref(o);
     return l;
 }
