@@ -11,13 +11,16 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "storage/h5_direct.h"
 #include "storage/node_impl.h"
 
 /* Attributes bigger than this are skipped rather than read at open. */
@@ -29,6 +32,17 @@
 /* Short runs are read as a point selection instead (about 0.1 us a point,
  * against 1.5 us a hyperslab block), when the coordinates stay this small. */
 #define H5_POINTS_MAX_BYTES ((size_t)64 << 20)
+/* Chunked datasets with at most this many allocated chunks get a table of
+ * chunk addresses (listing them costs libhdf5 1.10 time quadratic in their
+ * number); others get their stored chunk bytes through libhdf5, one chunk
+ * at a time, and decode them outside it. */
+#define H5_DIRECT_TABLE_MAX 2048
+
+/* Direct reads (storage/h5_direct.c): 0 off, 1 on, 2 on without chunk
+ * tables.  A setting, not shared state: h5_set_direct_reads. */
+static atomic_int h5_direct_mode = 1;
+
+enum { DIRECT_UNPLANNED = 0, DIRECT_READY = 1, DIRECT_NONE = -1 };
 
 typedef struct h5_node {
     hid_t obj;       /* group or dataset */
@@ -38,6 +52,16 @@ typedef struct h5_node {
     int own_memtype; /* memtype was made here and must be closed */
     int vlen;        /* strings: variable length */
     H5T_str_t strpad;
+    /* root only: the file for direct reads (-1 when there is none), its
+     * size, and what libhdf5 adds to chunk addresses it reports */
+    int fd;
+    uint64_t file_size;
+    uint64_t chunk_base;
+    /* datasets: the direct-read plan, made on first read under dlock */
+    pthread_mutex_t dlock;
+    int dlock_init;
+    int dstate; /* DIRECT_* */
+    h5d_plan *plan;
 } h5_node;
 
 static int h5_open_child(node *parent, const char *name, node **out, cellar_error *err);
@@ -678,6 +702,8 @@ static int h5_node_wrap(node *parent, const char *name, hid_t obj, hid_t file, n
     h->file = file;
     h->ftype = H5I_INVALID_HID;
     h->memtype = H5I_INVALID_HID;
+    h->fd = -1;
+    h->dlock_init = pthread_mutex_init(&h->dlock, NULL) == 0;
     n->impl = h;
     int rc = 0;
     H5I_type_t it = H5Iget_type(obj);
@@ -1191,6 +1217,270 @@ static int read_job_init(read_job *j, const node *n, const dim_sel *sel, size_t 
     return 0;
 }
 
+/* ---------------------------------------------------------- direct reads */
+
+/* Integer types with every bit used: the stored bytes are the value. */
+static int direct_int_ok(hid_t t, size_t size)
+{
+    return H5Tget_class(t) == H5T_INTEGER && H5Tget_size(t) == size &&
+           H5Tget_precision(t) == 8 * size && H5Tget_offset(t) == 0;
+}
+
+/* IEEE 754 binary16/32/64 with no padding. */
+static int direct_float_ok(hid_t t, size_t size)
+{
+    size_t spos, epos, esize, mpos, msize;
+    if (H5Tget_precision(t) != 8 * size || H5Tget_offset(t) != 0 ||
+        H5Tget_norm(t) != H5T_NORM_IMPLIED ||
+        H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize) < 0 || mpos != 0)
+        return 0;
+    size_t want_e = size == 2 ? 5 : size == 4 ? 8 : 11;
+    size_t bias = ((size_t)1 << (want_e - 1)) - 1;
+    return spos == 8 * size - 1 && esize == want_e && epos == msize && msize == spos - esize &&
+           H5Tget_ebias(t) == bias;
+}
+
+/* Whether the stored bytes of type ftype are the values of dtype k, up to
+ * byte order; *swap when that order is not the native one. */
+static int direct_type_ok(hid_t ftype, dtype_kind k, int *swap)
+{
+    size_t size = dtype_size(k);
+    H5T_class_t cls = H5Tget_class(ftype);
+    H5T_order_t order = H5T_ORDER_ERROR;
+    int ok = 0;
+    if (!size || H5Tget_size(ftype) != size)
+        return 0;
+    if (cls == H5T_ENUM && k == DT_BOOL) {
+        /* 0 is false, anything else true, as after libhdf5's conversion */
+        hid_t base = H5Tget_super(ftype);
+        ok = base >= 0 && direct_int_ok(base, size);
+        if (base >= 0)
+            H5Tclose(base);
+        order = H5T_ORDER_LE;
+    } else if (cls == H5T_INTEGER && dtype_is_integer(k)) {
+        ok = direct_int_ok(ftype, size);
+        order = H5Tget_order(ftype);
+    } else if (cls == H5T_FLOAT && dtype_is_float(k)) {
+        ok = direct_float_ok(ftype, size);
+        order = H5Tget_order(ftype);
+    }
+    if (!ok)
+        return 0;
+    if (size == 1) {
+        *swap = 0;
+        return 1;
+    }
+    H5T_order_t native = H5Tget_order(H5T_NATIVE_INT);
+    if (order != H5T_ORDER_LE && order != H5T_ORDER_BE)
+        return 0;
+    *swap = order != native;
+    return 1;
+}
+
+/* The filter pipeline of dcpl, when direct reads know every filter. */
+static int direct_filters(hid_t dcpl, size_t elem_size, h5d_layout *l)
+{
+    int nf = H5Pget_nfilters(dcpl);
+    if (nf < 0 || nf > H5D_MAX_FILTERS)
+        return -1;
+    l->nfilters = nf;
+    for (int i = 0; i < nf; i++) {
+        unsigned flags = 0, config = 0, cd[8] = {0};
+        size_t ncd = sizeof cd / sizeof cd[0];
+        char name[64];
+        H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, cd, sizeof name, name,
+                                         &config);
+        if (id != H5Z_FILTER_DEFLATE && id != H5Z_FILTER_SHUFFLE && id != H5Z_FILTER_FLETCHER32)
+            return -1;
+        l->filters[i].id = (int)id;
+        if (id == H5Z_FILTER_SHUFFLE)
+            l->filters[i].shuffle_size = ncd >= 1 && cd[0] ? cd[0] : elem_size;
+    }
+    return 0;
+}
+
+/* Lists the allocated chunks of a small chunked dataset into p's table;
+ * nonzero (p unusable) when anything is off. */
+static int direct_table(const h5_node *h, const h5_node *root, int ndim, h5d_plan *p)
+{
+    cellar_error err;
+    cellar_error_clear(&err);
+    hid_t space = H5Dget_space(h->obj);
+    hsize_t nch = 0;
+    int rc = -1;
+    if (space < 0 || H5Dget_num_chunks(h->obj, space, &nch) < 0 || nch > H5_DIRECT_TABLE_MAX)
+        goto done;
+    for (hsize_t i = 0; i < nch; i++) {
+        hsize_t off[NODE_MAX_DIMS];
+        unsigned mask = 0;
+        haddr_t addr = HADDR_UNDEF;
+        hsize_t size = 0;
+        if (H5Dget_chunk_info(h->obj, space, i, off, &mask, &addr, &size) < 0 ||
+            addr == HADDR_UNDEF || addr > UINT64_MAX - root->chunk_base)
+            goto done;
+        int64_t start[NODE_MAX_DIMS];
+        for (int d = 0; d < ndim; d++) {
+            if (off[d] > (hsize_t)INT64_MAX)
+                goto done;
+            start[d] = (int64_t)off[d];
+        }
+        if (h5d_plan_add_chunk(p, start, addr + root->chunk_base, size, mask, &err))
+            goto done;
+    }
+    rc = h5d_plan_finish_table(p, &err);
+done:
+    if (space >= 0)
+        H5Sclose(space);
+    return rc;
+}
+
+/* Fills l with where the dataset's bytes are; nonzero when it does not
+ * qualify for direct reads. */
+static int direct_layout(const node *n, const h5_node *h, const h5_node *root, h5d_layout *l)
+{
+    memset(l, 0, sizeof *l);
+    int rc = -1;
+    if (n->info.ndim < 1 || !direct_type_ok(h->ftype, n->info.dtype, &l->swap))
+        return -1;
+    l->ndim = n->info.ndim;
+    memcpy(l->shape, n->info.shape, sizeof l->shape);
+    l->elem_size = dtype_size(n->info.dtype);
+    l->file_size = root->file_size;
+    hid_t dcpl = H5Dget_create_plist(h->obj);
+    if (dcpl < 0)
+        return -1;
+    H5D_layout_t layout = H5Pget_layout(dcpl);
+    if (H5Pget_external_count(dcpl) != 0)
+        goto done;
+    if (layout == H5D_CONTIGUOUS) {
+        haddr_t addr = H5Dget_offset(h->obj);
+        if (addr == HADDR_UNDEF || H5Pget_nfilters(dcpl) != 0)
+            goto done;
+        l->contiguous = 1;
+        l->addr = addr;
+        rc = 0;
+    } else if (layout == H5D_CHUNKED) {
+        hsize_t cdims[NODE_MAX_DIMS];
+        unsigned opts = 0;
+        if (H5Pget_chunk(dcpl, NODE_MAX_DIMS, cdims) != l->ndim ||
+            H5Pget_chunk_opts(dcpl, &opts) < 0 || opts != 0 ||
+            direct_filters(dcpl, l->elem_size, l) ||
+            H5Pget_fill_value(dcpl, h->memtype, l->fill) < 0)
+            goto done;
+        for (int d = 0; d < l->ndim; d++) {
+            if (cdims[d] == 0 || cdims[d] > (hsize_t)INT64_MAX)
+                goto done;
+            l->chunk[d] = (int64_t)cdims[d];
+        }
+        rc = 0;
+    }
+done:
+    H5Pclose(dcpl);
+    return rc;
+}
+
+/* Makes the plan of a dataset, or leaves it DIRECT_NONE.  Under h->dlock. */
+static void direct_plan_make(const node *n, h5_node *h)
+{
+    const h5_node *root = n->root->impl;
+    h5d_layout l;
+    h5d_plan *p = NULL;
+    cellar_error err;
+    cellar_error_clear(&err);
+    h->dstate = DIRECT_NONE;
+    if (root->fd < 0 || direct_layout(n, h, root, &l) || h5d_plan_new(&l, &p, &err))
+        return;
+    if (!l.contiguous && atomic_load(&h5_direct_mode) != 2 && direct_table(h, root, l.ndim, p)) {
+        /* No table after all (too many chunks, or odd ones): start again
+         * and fetch chunks through libhdf5. */
+        h5d_plan_free(p);
+        p = NULL;
+        if (h5d_plan_new(&l, &p, &err))
+            return;
+    }
+    h->plan = p;
+    h->dstate = DIRECT_READY;
+}
+
+/* The plan of a dataset node (made on first use), or NULL. */
+static const h5d_plan *direct_plan_get(const node *n, h5_node *h)
+{
+    if (!h->dlock_init || n->info.type != NODE_ARRAY)
+        return NULL;
+    pthread_mutex_lock(&h->dlock);
+    if (h->dstate == DIRECT_UNPLANNED) {
+        h5_quiet();
+        direct_plan_make(n, h);
+    }
+    const h5d_plan *p = h->dstate == DIRECT_READY ? h->plan : NULL;
+    pthread_mutex_unlock(&h->dlock);
+    return p;
+}
+
+/* h5d_fetch_fn: the stored bytes of one chunk, through libhdf5. */
+static int direct_fetch(void *ctx, const int64_t *start, size_t max_size, uint8_t **buf,
+                        size_t *size, uint32_t *mask, cellar_error *err)
+{
+    const node *n = ctx;
+    const h5_node *h = n->impl;
+    h5_quiet();
+    *buf = NULL;
+    *size = 0;
+    *mask = 0;
+    hsize_t off[NODE_MAX_DIMS];
+    for (int d = 0; d < n->info.ndim; d++)
+        off[d] = (hsize_t)start[d];
+    hsize_t stored = 0;
+    if (H5Dget_chunk_storage_size(h->obj, off, &stored) < 0)
+        return h5_fail(err, CELLAR_EFORMAT, "cannot locate a chunk of '%s'", n->path);
+    if (stored == 0)
+        return 0;
+    if (stored > max_size)
+        return cellar_fail(err, CELLAR_EFORMAT, "a chunk of '%s' has an impossible size",
+                           n->path);
+    uint8_t *b = malloc((size_t)stored);
+    if (!b)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", n->path);
+    uint32_t filters = 0;
+    if (H5Dread_chunk(h->obj, H5P_DEFAULT, off, &filters, b) < 0) {
+        free(b);
+        return h5_fail(err, CELLAR_EIO, "reading a chunk of '%s' failed", n->path);
+    }
+    *buf = b;
+    *size = (size_t)stored;
+    *mask = filters;
+    return 0;
+}
+
+void h5_set_direct_reads(int mode)
+{
+    atomic_store(&h5_direct_mode, mode);
+}
+
+int h5_direct_kind(node *n)
+{
+    if (n->ops != &h5_ops)
+        return 0;
+    const h5d_plan *p = direct_plan_get(n, n->impl);
+    if (!p)
+        return 0;
+    return h5d_plan_is_direct(p) ? 1 : 2;
+}
+
+/* Reads through the plan, when there is one and direct reads are on;
+ * 1 when not taken. */
+static int direct_read(node *n, h5_node *h, const dim_sel *sel, void *out, size_t out_bytes,
+                       cellar_error *err)
+{
+    if (atomic_load(&h5_direct_mode) == 0 || n->info.ndim < 1)
+        return 1;
+    const h5d_plan *p = direct_plan_get(n, h);
+    if (!p)
+        return 1;
+    const h5_node *root = n->root->impl;
+    return h5d_read(p, root->fd, direct_fetch, n, sel, out, out_bytes, n->path, err);
+}
+
 static int h5_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cellar_error *err)
 {
     h5_quiet();
@@ -1198,7 +1488,11 @@ static int h5_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cel
     size_t es = dtype_size(n->info.dtype);
     char *temp = NULL;
     read_job j;
-    int rc = read_job_init(&j, n, sel, es, err);
+    memset(&j, 0, sizeof j);
+    int rc = direct_read(n, h, sel, out, out_bytes, err);
+    if (rc <= 0)
+        goto normalize;
+    rc = read_job_init(&j, n, sel, es, err);
     if (rc)
         goto done;
     if (j.ndim == 0) {
@@ -1216,6 +1510,7 @@ static int h5_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cel
             plan_scatter(j.plan, sel, j.ndim, copy_row, &c);
         }
     }
+normalize:
     if (!rc && n->info.dtype == DT_BOOL) {
         unsigned char *b = out;
         for (size_t i = 0; i < out_bytes; i++)
@@ -1292,15 +1587,60 @@ static void h5_destroy(node *n)
         H5Oclose(h->obj);
     if (h->file >= 0)
         H5Fclose(h->file);
+    if (h->fd >= 0)
+        close(h->fd);
+    h5d_plan_free(h->plan);
+    if (h->dlock_init)
+        pthread_mutex_destroy(&h->dlock);
     free(h);
     n->impl = NULL;
 }
 
 void h5_library_init(void)
 {
+    const char *direct = getenv("CELLAR_H5_DIRECT");
+    if (direct && strcmp(direct, "0") == 0)
+        h5_set_direct_reads(0);
     H5open();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     h5_thread_quiet = 1;
+}
+
+/* Our own descriptor of the very file libhdf5 opened (so a file replaced
+ * meanwhile cannot be mixed in), for direct reads; h->fd stays -1 when the
+ * file is not on libhdf5's default (sec2) driver. */
+static void direct_file_open(h5_node *h)
+{
+    hid_t fapl = H5Fget_access_plist(h->file);
+    hid_t fcpl = H5Fget_create_plist(h->file);
+    int *handle = NULL;
+    hsize_t userblock = 0;
+    struct stat st;
+    if (fapl < 0 || fcpl < 0 || H5Pget_driver(fapl) != H5FD_SEC2 ||
+        H5Pget_userblock(fcpl, &userblock) < 0 ||
+        H5Fget_vfd_handle(h->file, fapl, (void **)&handle) < 0 || !handle || *handle < 0)
+        goto done;
+    int fd = fcntl(*handle, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        goto done;
+    if (fstat(fd, &st) < 0 || st.st_size < 0) {
+        close(fd);
+        goto done;
+    }
+    h->fd = fd;
+    h->file_size = (uint64_t)st.st_size;
+    /* libhdf5 before 1.14.4 reports chunk addresses relative to the base
+     * address (after the userblock); H5Dget_offset is absolute. */
+#if H5_VERSION_GE(1, 14, 4)
+    h->chunk_base = 0;
+#else
+    h->chunk_base = userblock;
+#endif
+done:
+    if (fapl >= 0)
+        H5Pclose(fapl);
+    if (fcpl >= 0)
+        H5Pclose(fcpl);
 }
 
 static const char *base_name(const char *path)
@@ -1370,5 +1710,8 @@ int h5_open(const char *path, node **root, cellar_error *err)
         H5Fclose(file);
         return rc;
     }
-    return h5_node_wrap(NULL, "", g, file, root, err);
+    int rc = h5_node_wrap(NULL, "", g, file, root, err);
+    if (!rc)
+        direct_file_open((*root)->impl);
+    return rc;
 }

@@ -7,7 +7,8 @@
  *
  * Thread safety: libhdf5 (thread-safe build) serializes every call behind its
  * global lock; the nodes made here keep no shared scratch state, so one tree
- * may be used by many threads at once, as node.h promises. */
+ * may be used by many threads at once, as node.h promises.  Reads of plain
+ * numeric datasets avoid that lock (see h5_set_direct_reads). */
 #ifndef CELLAR_H5_H
 #define CELLAR_H5_H
 
@@ -38,5 +39,22 @@ void h5_library_init(void);
  * is not HDF5 or is truncated/corrupt, CELLAR_EIO when it cannot be read,
  * CELLAR_EUNAVAILABLE as above, CELLAR_ENOMEM. */
 int h5_open(const char *path, node **root, cellar_error *err);
+
+/* Direct reads (storage/h5_direct.h): numeric and bool datasets that are
+ * contiguous, or chunked with only deflate, shuffle and fletcher32, are read
+ * with pread and decoded outside libhdf5's lock, so concurrent reads use
+ * every core.  Small chunked datasets get a table of chunk addresses on
+ * first read; bigger ones get each chunk's stored bytes from libhdf5 and
+ * decode them outside it.  Everything else goes through libhdf5.
+ * mode 0 turns direct reads off (every read through libhdf5), 1 on (the
+ * default; CELLAR_H5_DIRECT=0 in the environment at h5_library_init turns
+ * them off), 2 on without chunk tables (for tests; applies to datasets first
+ * read after the call). */
+void h5_set_direct_reads(int mode);
+
+/* How reads of n go (makes its plan when not made yet): 0 through libhdf5,
+ * 1 direct (pread), 2 chunk bytes through libhdf5, decoded outside it.
+ * For tests and diagnostics. */
+int h5_direct_kind(node *n);
 
 #endif
