@@ -1,12 +1,10 @@
 """Fixture writers for the matrix, uns and raw routes (tests/http/test_matrix.py).
 
-Every store is written by anndata / mudata (HDF5 now).  Only the legacy
-`h5sparse_*` matrix and the unsigned sparse index types are made by editing
-a written file with h5py, since no current writer produces them.  Seeded:
-two runs write the same data.
-
-To serve a zarr copy once the zarr backend lands, add its format to
-FORMATS: every writer takes the format and picks the writer call.
+Every store is written by anndata / mudata, as HDF5 and as zarr v2 and v3
+(FORMATS; compressed HDF5 copies and the MuData store are HDF5 only).  Only
+the legacy `h5sparse_*` matrix and the unsigned sparse index types are made
+by editing a written HDF5 file with h5py, since no current writer produces
+them.  Seeded: two runs write the same data.
 """
 
 from __future__ import annotations
@@ -23,8 +21,8 @@ import scipy.sparse as sp
 
 SEED = 20261203
 
-# Store formats written; add "zarr2" / "zarr3" here once the zarr backend serves them.
-FORMATS = ["h5"]
+# Store formats written: HDF5, zarr v2 and zarr v3 (sharded by anndata).
+FORMATS = ["h5", "zarr2", "zarr3"]
 
 N_OBS, N_VARS = 40, 12
 
@@ -151,9 +149,21 @@ def _legacy_h5sparse(path: Path, layer: str):
         g.attrs["h5sparse_shape"] = shape
 
 
-def write_h5ad(a: ad.AnnData, path: Path, **kw):
+# Store suffix of each format.
+EXT = {"h5": ".h5ad", "zarr2": "_v2.zarr", "zarr3": "_v3.zarr"}
+
+
+def write_h5ad(a: ad.AnnData, path: Path, fmt: str = "h5", **kw):
+    """Writes a with the format's writer (HDF5 keywords such as compression
+    apply to "h5" only; zarr stores use the writer's default codecs, zarr v3
+    sharded)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    a.write_h5ad(path, **kw)
+    if fmt == "h5":
+        a.write_h5ad(path, **kw)
+        return
+    version = 2 if fmt == "zarr2" else 3
+    with ad.settings.override(zarr_write_format=version):
+        a.write_zarr(path)
 
 
 def write_all(root: Path) -> dict:
@@ -161,28 +171,27 @@ def write_all(root: Path) -> dict:
     _quiet()
     names = {}
     for fmt in FORMATS:
-        ext = {"h5": ".h5ad"}[fmt]
+        ext = EXT[fmt]
         names[f"dense-{fmt}"] = name = f"matrix/dense{ext}"
-        write_h5ad(make_dense_adata(), root / name)
+        write_h5ad(make_dense_adata(), root / name, fmt)
         names[f"sparse-{fmt}"] = name = f"matrix/sparse{ext}"
-        write_h5ad(make_sparse_adata(), root / name)
+        write_h5ad(make_sparse_adata(), root / name, fmt)
         if fmt == "h5":
             _unsigned_indices(root / name, "csr_u", "uint32")
             _unsigned_indices(root / name, "csc_u", "uint64")
             _legacy_h5sparse(root / name, "legacy")
-        names[f"gzip-{fmt}"] = name = f"matrix/gzip{ext}"
-        write_h5ad(make_dense_adata(), root / name, compression="gzip")
-        names[f"sparse-gzip-{fmt}"] = name = f"matrix/sparse_gzip{ext}"
-        write_h5ad(make_sparse_adata(), root / name, compression="gzip")
-        if fmt == "h5":
+            names["gzip-h5"] = name = "matrix/gzip.h5ad"
+            write_h5ad(make_dense_adata(), root / name, compression="gzip")
+            names["sparse-gzip-h5"] = name = "matrix/sparse_gzip.h5ad"
+            write_h5ad(make_sparse_adata(), root / name, compression="gzip")
             names["lzf-h5"] = name = "matrix/lzf.h5ad"
             write_h5ad(make_dense_adata(), root / name, compression="lzf")
             names["sparse-lzf-h5"] = name = "matrix/sparse_lzf.h5ad"
             write_h5ad(make_sparse_adata(), root / name, compression="lzf")
-        names[f"mudata-{fmt}"] = name = f"matrix/multi{'.h5mu' if fmt == 'h5' else ext}"
-        mdata = md.MuData({"rna": make_sparse_adata(), "prot": make_dense_adata()})
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        mdata.write_h5mu(root / name)
+            names["mudata-h5"] = name = "matrix/multi.h5mu"
+            mdata = md.MuData({"rna": make_sparse_adata(), "prot": make_dense_adata()})
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            mdata.write_h5mu(root / name)
     return names
 
 
@@ -191,6 +200,8 @@ def read_reference(path: Path):
     _quiet()
     if str(path).endswith(".h5mu"):
         return md.read_h5mu(path)
+    if str(path).endswith(".zarr"):
+        return ad.read_zarr(path)
     return ad.read_h5ad(path)
 
 

@@ -148,7 +148,11 @@ def lzf(label):
     return pytest.param(label, marks=LZF) if "lzf" in label else label
 
 
-@pytest.mark.parametrize("label", [lzf(x) for x in ["dense-h5", "gzip-h5", "lzf-h5"]])
+DENSE_STORES = [f"dense-{f}" for f in mw.FORMATS] + ["gzip-h5", "lzf-h5"]
+SPARSE_STORES = [f"sparse-{f}" for f in mw.FORMATS] + ["sparse-gzip-h5", "sparse-lzf-h5"]
+
+
+@pytest.mark.parametrize("label", [lzf(x) for x in DENSE_STORES])
 @pytest.mark.parametrize("dtype", mw.DTYPES)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_dense_dtypes(msrv, mroot, mref, label, dtype, fmt):
@@ -181,10 +185,11 @@ SELECTIONS = [
 ]
 
 
+@pytest.mark.parametrize("label", [f"dense-{f}" for f in mw.FORMATS])
 @pytest.mark.parametrize("params,rsel,csel", SELECTIONS)
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_dense_selections(msrv, mroot, mref, params, rsel, csel, fmt):
-    name = mroot[1]["dense-h5"]
+def test_dense_selections(msrv, mroot, mref, label, params, rsel, csel, fmt):
+    name = mroot[1][label]
     X = np.asarray(mref(name).X)
     check(msrv, store_path(name, "X"), X[rsel][:, csel], fmt, **params)
 
@@ -268,7 +273,7 @@ SPARSE_SELECTIONS = [
 ]
 
 
-@pytest.mark.parametrize("label", [lzf(x) for x in ["sparse-h5", "sparse-gzip-h5", "sparse-lzf-h5"]])
+@pytest.mark.parametrize("label", [lzf(x) for x in SPARSE_STORES])
 @pytest.mark.parametrize("layer", ["X"] + SPARSE_LAYERS)
 @pytest.mark.parametrize("params,rsel,csel", SPARSE_SELECTIONS)
 def test_sparse(msrv, mroot, mref, label, layer, params, rsel, csel):
