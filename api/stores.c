@@ -8,11 +8,7 @@
 #include "api/json_out.h"
 #include "storage/anndata.h"
 #include "storage/registry.h"
-
-/* Tree JSON strings (.h5td obst/vart) are parsed for their keys only when
- * this small; reading is attempted only for stores up to STORE_READ_MAX. */
-#define TREE_JSON_MAX (1u << 20)
-#define TREE_STORE_READ_MAX ((uint64_t)32 << 20)
+#include "storage/trees.h"
 
 /* A jansson document under construction: set() steals v and records an
  * allocation failure instead of checking at every call. */
@@ -201,55 +197,21 @@ static int mod_array(doc *d, node *root, const mudata_info *mi, json_t **out,
     return 0;
 }
 
-/* Keys of obst/vart: a group's children (zarr), or the top-level keys of
- * the JSON string scalar (.h5td) when it is small enough to parse; notes
- * says why keys are missing otherwise. */
-static json_t *tree_keys(doc *d, store *s, node *root, const char *name, arena *a,
-                         json_t *notes)
+/* Keys of obst/vart from the loaded forest (storage/trees.h, built once
+ * per store version); notes says why keys are missing when the trees
+ * cannot be read. */
+static json_t *tree_keys(doc *d, store *s, node *root, const char *name, json_t *notes)
 {
-    node *t = node_child_opt(root, name);
-    if (!t)
-        return json_array();
-    const node_info *info = node_get_info(t);
-    if (info->type == NODE_GROUP)
-        return child_keys(d, root, name, a);
-    if (info->dtype != DT_STRING || info->ndim != 0) {
-        append(d, notes, json_sprintf("%s is not a tree JSON string; keys not listed", name));
-        return json_array();
-    }
-    if (store_bytes(s) > TREE_STORE_READ_MAX) {
-        append(d, notes, json_sprintf("%s keys are not listed for stores over %" PRIu64
-                                      " bytes until the trees routes land", name,
-                                      TREE_STORE_READ_MAX));
-        return json_array();
-    }
-    char *text = NULL;
+    json_t *keys = json_array();
+    const trees_loaded *t;
     cellar_error err;
     cellar_error_clear(&err);
-    if (node_read_strings(t, NULL, a, &text, &err) || !text) {
-        append(d, notes, json_sprintf("%s could not be read: %s", name, err.detail));
-        return json_array();
+    if (trees_get(s, root, name, &t, &err)) {
+        append(d, notes, json_str_sanitized(err.detail));
+        return keys;
     }
-    size_t len = strlen(text);
-    if (len >= TREE_JSON_MAX) {
-        append(d, notes, json_sprintf("%s keys are not listed: its JSON is %zu bytes, over %u",
-                                      name, len, TREE_JSON_MAX));
-        return json_array();
-    }
-    json_error_t jerr;
-    json_t *trees = json_loadb(text, len, JSON_DECODE_ANY, &jerr);
-    json_t *keys = json_array();
-    if (!json_is_object(trees)) {
-        append(d, notes, json_sprintf("%s is not a JSON object of trees", name));
-    } else {
-        const char *key;
-        json_t *v;
-        json_object_foreach(trees, key, v) {
-            (void)v;
-            append(d, keys, json_string(key));
-        }
-    }
-    json_decref(trees);
+    for (size_t i = 0; i < tree_forest_count(t->forest); i++)
+        append(d, keys, json_str_sanitized(tree_forest_key(t->forest, i)));
     return keys;
 }
 
@@ -299,8 +261,8 @@ static int summary_treedata(doc *d, store *s, node *root, arena *a, cellar_error
     set(d, d->root, "label", json_str_sanitized(ti.label));
     set(d, d->root, "alignment", json_str_sanitized(ti.alignment));
     set(d, d->root, "allow_overlap", json_boolean(ti.allow_overlap));
-    set(d, d->root, "obst", tree_keys(d, s, root, "obst", a, notes));
-    set(d, d->root, "vart", tree_keys(d, s, root, "vart", a, notes));
+    set(d, d->root, "obst", tree_keys(d, s, root, "obst", notes));
+    set(d, d->root, "vart", tree_keys(d, s, root, "vart", notes));
     if (json_array_size(notes))
         set(d, d->root, "notes", notes);
     else
