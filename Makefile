@@ -3,7 +3,7 @@
 CC      ?= cc
 VERSION := 0.1.0
 PKGS    := libmicrohttpd hdf5 jansson libuv yajl libzstd liblz4 blosc zlib
-DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libhdf5-dev hdf5-plugin-lzf \
+DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libhdf5-dev hdf5-plugin-lzf liblzf-dev \
             libjansson-dev libuv1-dev libyajl-dev zlib1g-dev libzstd-dev liblz4-dev \
             libblosc-dev curl ca-certificates
 
@@ -20,7 +20,12 @@ WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wvla -Werror
 CFLAGS  ?= -O2 -g
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -DCELLAR_VERSION=\"$(VERSION)\" $(WARN) $(CFLAGS) $(SANFLAGS) -I. \
              $(shell pkg-config --cflags $(PKGS) 2>/dev/null) -MMD -MP
-LDLIBS  = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
+# Debian's hdf5-plugin-lzf leaves lzf_decompress undefined; linking liblzf
+# into the binary (kept even though nothing in cellar calls it) lets
+# libhdf5's dlopen of the plugin resolve it, so LZF datasets (h5py's
+# compression="lzf") read.
+LDLIBS  = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -Wl,--no-as-needed -llzf -Wl,--as-needed \
+          -lpthread -lm
 ALL_LDFLAGS = $(LDFLAGS) $(SANFLAGS)
 
 LIB_SRC  := $(wildcard common/*.c storage/*.c api/*.c) $(filter-out server/main.c,$(wildcard server/*.c))
