@@ -1362,8 +1362,10 @@ static int direct_layout(const node *n, const h5_node *h, const h5_node *root, h
     } else if (layout == H5D_CHUNKED) {
         hsize_t cdims[NODE_MAX_DIMS];
         unsigned opts = 0;
+        H5D_fill_time_t fill_time = H5D_FILL_TIME_IFSET;
         if (H5Pget_chunk(dcpl, NODE_MAX_DIMS, cdims) != l->ndim ||
             H5Pget_chunk_opts(dcpl, &opts) < 0 || opts != 0 ||
+            H5Pget_fill_time(dcpl, &fill_time) < 0 || fill_time == H5D_FILL_TIME_NEVER ||
             direct_filters(dcpl, l->elem_size, l) ||
             H5Pget_fill_value(dcpl, h->memtype, l->fill) < 0)
             goto done;
@@ -1417,6 +1419,57 @@ static const h5d_plan *direct_plan_get(const node *n, h5_node *h)
     return p;
 }
 
+/* libhdf5 1.10 fails H5Dget_chunk_storage_size for a chunk never written:
+ * such chunks (or any it cannot locate) are read through libhdf5 itself,
+ * without type conversion, and handed back as one unfiltered chunk. */
+static int direct_fetch_unallocated(const node *n, const h5_node *h, const hsize_t *off,
+                                    uint8_t **buf, size_t *size, uint32_t *mask,
+                                    cellar_error *err)
+{
+    int rc = 0, ndim = n->info.ndim;
+    hid_t dcpl = H5Dget_create_plist(h->obj), fspace = H5I_INVALID_HID,
+          mspace = H5I_INVALID_HID;
+    hsize_t cdims[NODE_MAX_DIMS], count[NODE_MAX_DIMS], zero[NODE_MAX_DIMS] = {0};
+    size_t bytes = dtype_size(n->info.dtype);
+    uint8_t *b = NULL;
+    if (dcpl < 0 || H5Pget_chunk(dcpl, NODE_MAX_DIMS, cdims) != ndim) {
+        rc = h5_fail(err, CELLAR_EFORMAT, "cannot read the chunks of '%s'", n->path);
+        goto done;
+    }
+    for (int d = 0; d < ndim; d++) {
+        hsize_t left = (hsize_t)n->info.shape[d] - off[d];
+        count[d] = cdims[d] < left ? cdims[d] : left;
+        bytes *= cdims[d]; /* bounded by the plan's chunk size check */
+    }
+    b = malloc(bytes);
+    fspace = H5Dget_space(h->obj);
+    mspace = H5Screate_simple(ndim, cdims, NULL);
+    if (!b) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", n->path);
+        goto done;
+    }
+    if (fspace < 0 || mspace < 0 ||
+        H5Sselect_hyperslab(fspace, H5S_SELECT_SET, off, NULL, count, NULL) < 0 ||
+        H5Sselect_hyperslab(mspace, H5S_SELECT_SET, zero, NULL, count, NULL) < 0 ||
+        H5Dread(h->obj, h->ftype, mspace, fspace, H5P_DEFAULT, b) < 0) {
+        rc = h5_fail(err, CELLAR_EIO, "reading '%s' failed", n->path);
+        goto done;
+    }
+    *buf = b;
+    b = NULL;
+    *size = bytes;
+    *mask = UINT32_MAX; /* no filter to undo */
+done:
+    free(b);
+    if (mspace >= 0)
+        H5Sclose(mspace);
+    if (fspace >= 0)
+        H5Sclose(fspace);
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    return rc;
+}
+
 /* h5d_fetch_fn: the stored bytes of one chunk, through libhdf5. */
 static int direct_fetch(void *ctx, const int64_t *start, size_t max_size, uint8_t **buf,
                         size_t *size, uint32_t *mask, cellar_error *err)
@@ -1431,10 +1484,8 @@ static int direct_fetch(void *ctx, const int64_t *start, size_t max_size, uint8_
     for (int d = 0; d < n->info.ndim; d++)
         off[d] = (hsize_t)start[d];
     hsize_t stored = 0;
-    if (H5Dget_chunk_storage_size(h->obj, off, &stored) < 0)
-        return h5_fail(err, CELLAR_EFORMAT, "cannot locate a chunk of '%s'", n->path);
-    if (stored == 0)
-        return 0;
+    if (H5Dget_chunk_storage_size(h->obj, off, &stored) < 0 || stored == 0)
+        return direct_fetch_unallocated(n, h, off, buf, size, mask, err);
     if (stored > max_size)
         return cellar_fail(err, CELLAR_EFORMAT, "a chunk of '%s' has an impossible size",
                            n->path);
