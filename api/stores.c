@@ -7,6 +7,8 @@
 #include "api/handlers.h"
 #include "api/json_out.h"
 #include "storage/anndata.h"
+#include "storage/column_index.h"
+#include "storage/matrix.h"
 #include "storage/registry.h"
 #include "storage/trees.h"
 
@@ -107,8 +109,26 @@ static json_t *int_array_attr(doc *d, const node *n, const char *name)
     return s;
 }
 
-/* {"shape", "dtype", "encoding"} of a matrix element (X, a layer), or null. */
-static json_t *matrix_summary(doc *d, node *x)
+/* {"state", "bytes"} of the column index of a CSR matrix, or NULL for
+ * anything else (dense arrays and CSC need none). */
+static json_t *column_index_summary(doc *d, store *s, node *x)
+{
+    matrix m;
+    cellar_error err;
+    cellar_error_clear(&err);
+    if (matrix_open(x, &m, &err) != 0 || m.layout != MATRIX_CSR)
+        return NULL;
+    size_t bytes = 0;
+    column_index_state state = column_index_peek(s, &m, &bytes);
+    json_t *o = json_object();
+    set(d, o, "state", json_string(column_index_state_name(state)));
+    set(d, o, "bytes", json_integer((json_int_t)bytes));
+    return o;
+}
+
+/* {"shape", "dtype", "encoding"} of a matrix element (X, a layer), or null;
+ * a CSR matrix also reports its column index ("column_index"). */
+static json_t *matrix_summary(doc *d, store *s, node *x)
 {
     if (!x)
         return json_null();
@@ -138,6 +158,9 @@ static json_t *matrix_summary(doc *d, node *x)
     set(d, o, "dtype",
         data ? json_string(dtype_name(node_get_info(data)->dtype)) : json_null());
     set(d, o, "encoding", enc ? json_str_sanitized(enc) : json_null());
+    json_t *ci = column_index_summary(d, s, x);
+    if (ci)
+        set(d, o, "column_index", ci);
     return o;
 }
 
@@ -298,7 +321,7 @@ int api_store_summary(api_request *req, api_response *res, cellar_error *err)
     set(&d, d.root, "shape", shape2(&d, ai.n_obs, ai.n_vars));
     set(&d, d.root, "obs", frame_summary(&d, root, "obs", req->arena));
     set(&d, d.root, "var", frame_summary(&d, root, "var", req->arena));
-    set(&d, d.root, "X", matrix_summary(&d, node_child_opt(root, "X")));
+    set(&d, d.root, "X", matrix_summary(&d, s, node_child_opt(root, "X")));
     static const char *const groups[] = {"obsm", "varm", "obsp", "varp", "layers", "uns"};
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
         set(&d, d.root, groups[i], child_keys(&d, root, groups[i], req->arena));

@@ -376,12 +376,16 @@ def test_column_index_lifecycle(tmp_path, server_factory, mroot):
     a = mw.read_reference(root / "matrix" / "genes.h5ad")
     path = store_path("matrix/genes.h5ad", "X")
     srv = server_factory(root, "--cache-dir", str(cache))
+    summary = srv.get(store_path("matrix/genes.h5ad")).json()
+    assert summary["X"]["column_index"] == {"state": "absent", "bytes": 0}
     got, state = gene_column(srv, path, "G3")
     assert state in ("building", "ready")
     np.testing.assert_array_equal(got, mw.dense(a[:, "G3"].X))
     ready = wait_ready(srv, path, var_names="G3")
     index_bytes = int(ready.headers["X-Column-Index"].split("bytes=")[1])
     assert index_bytes > 64
+    summary = srv.get(store_path("matrix/genes.h5ad")).json()
+    assert summary["X"]["column_index"] == {"state": "ready", "bytes": index_bytes}
     metrics = srv.get("/metrics").text
     held = [line for line in metrics.splitlines() if line.startswith("cellar_cache_bytes ")]
     assert held and int(held[0].split()[1]) >= index_bytes, held
