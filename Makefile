@@ -7,6 +7,9 @@ DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libhdf5-dev hdf5-plugin
             libjansson-dev libuv1-dev libyajl-dev zlib1g-dev libzstd-dev liblz4-dev \
             libblosc-dev curl ca-certificates
 
+# Compile on every core (CI has two).
+MAKEFLAGS += --jobs=$(shell nproc 2>/dev/null || echo 2)
+
 SANITIZE ?=
 ifeq ($(SANITIZE),)
 BUILD   ?= build
