@@ -12,7 +12,7 @@ Environment:
                       libmicrohttpd pool, nginx workers (default: cores)
   BENCH_WRK_THREADS   wrk threads (default 1: the rest is left to the server)
   BENCH_OUT           the Markdown file to rewrite (default BENCHMARKS.md)
-  BENCH_ONLY          comma list of servers to run (cellar,mhd,nginx,h5grove)
+  BENCH_REFS          references to run (default mhd,nginx,h5grove)
 
 Every server listens on 127.0.0.1 on a free port and is stopped at the end.
 """
@@ -282,112 +282,48 @@ class Results:
         return self.rows.get((sid, server))
 
 
-def run_cellar(cfg, manifest, scenarios, results, workdir):
-    port = free_port()
-    srv = Server("cellar", [cfg["cellar_bin"], "--root", cfg["data_dir"], "--bind", "127.0.0.1",
-                            "--port", str(port), "--threads", str(cfg["threads"])],
-                 "/healthz", port, os.path.join(workdir, "cellar.log"))
-    bodies = os.path.join(workdir, "bodies")
-    os.makedirs(bodies, exist_ok=True)
-    peak = 0
-    try:
-        for sc in scenarios:
-            status, body = probe(srv.base + sc["cellar"])
-            if status == 404 and sc.get("optional"):
-                sc["unavailable"] = True
-                results.put(sc["id"], "cellar", {"note": NOT_AVAILABLE})
-                log(f"{sc['id']}: 404 from cellar, {NOT_AVAILABLE}")
-                continue
-            if status != 200:
-                results.put(sc["id"], "cellar", {"note": f"HTTP {status}: {body[:120]!r}"})
-                sc["unavailable"] = True
-                log(f"{sc['id']}: HTTP {status} {body[:200]!r}")
-                continue
-            sc["body_bytes"] = len(body)
-            with open(os.path.join(bodies, sc["id"]), "wb") as f:
-                f.write(body)
-            reset_peak_rss(srv.pid())
-            res = run_wrk(srv.base + sc["cellar"], cfg["connections"], cfg["duration"], cfg)
-            res["rss_kb"] = read_status_kb(srv.pid(), "VmHWM")
-            peak = max(peak, res["rss_kb"] or 0)
-            results.put(sc["id"], "cellar", res)
-            log(f"cellar {sc['id']}: {res['rps']:.0f} req/s p50 {res['p50_us']}us "
-                f"p99 {res['p99_us']}us rss {res['rss_kb']} kB errors {res['errors']}")
-        paths_file = os.path.join(workdir, "mixed-cellar.tsv")
-        write_paths(paths_file, mixed_paths(manifest, scenarios, "cellar"))
-        for conns in (1, 16, 256):
-            reset_peak_rss(srv.pid())
-            res = run_wrk(srv.base + "/", conns, cfg["duration"], cfg,
-                          script=os.path.join(LUA_DIR, "mixed.lua"),
-                          extra_env={"BENCH_PATHS": paths_file})
-            res["rss_kb"] = read_status_kb(srv.pid(), "VmHWM")
-            peak = max(peak, res["rss_kb"] or 0)
-            results.put(f"mixed_{conns}", "cellar", res)
-            log(f"cellar mixed c={conns}: {res['rps']:.0f} req/s p50 {res['p50_us']}us "
-                f"p99 {res['p99_us']}us rss {res['rss_kb']} kB errors {res['errors']}")
-    finally:
-        hwm = read_status_kb(srv.pid(), "VmHWM")
-        srv.stop()
-    results.cellar_peak_kb = max(peak, hwm or 0)
-    return bodies
-
-
 def write_paths(path, lines):
     with open(path, "w") as f:
         for kind, p in lines:
             f.write(f"{kind}\t{p}\n")
 
 
-def run_mhd(cfg, manifest, scenarios, results, workdir, bodies):
+def start_cellar(cfg, workdir):
     port = free_port()
-    zarr_dir = os.path.join(cfg["data_dir"], "bench.zarr")
-    srv = Server("bare libmicrohttpd",
-                 [cfg["mhd_bin"], "--port", str(port), "--threads", str(cfg["threads"]),
-                  "--bodies", bodies, "--files", zarr_dir,
-                  "--memory-limit", str(cfg["pool_kib"])],
-                 "/", port, os.path.join(workdir, "mhd_ref.log"))
-    try:
-        for sc in scenarios:
-            if sc["mhd"] == "mem":
-                if not os.path.exists(os.path.join(bodies, sc["id"])):
-                    continue  # cellar gave no body to match
-                path = f"/mem/{sc['id']}"
-            else:
-                path = f"/file/{sc['key']}"
-            res = run_wrk(srv.base + path, cfg["connections"], cfg["duration"], cfg)
-            results.put(sc["id"], "mhd", res)
-            log(f"mhd {sc['id']}: {res['rps']:.0f} req/s")
-        paths_file = os.path.join(workdir, "mixed-mhd.tsv")
-        lines = mixed_paths(manifest, scenarios, "mhd")
-        write_paths(paths_file, lines)
-        for conns in (1, 16, 256):
-            res = run_wrk(srv.base + "/", conns, cfg["duration"], cfg,
-                          script=os.path.join(LUA_DIR, "mixed.lua"),
-                          extra_env={"BENCH_PATHS": paths_file})
-            results.put(f"mixed_{conns}", "mhd", res)
-            log(f"mhd mixed c={conns}: {res['rps']:.0f} req/s")
-    finally:
-        srv.stop()
-    if cfg["pool_kib"] == MHD_DEFAULT_POOL_KIB:
-        return
-    # The same bodies with libmicrohttpd's default connection pool: what the
-    # pool size alone costs (it is zeroed between keep-alive requests).
-    port = free_port()
-    srv = Server("bare libmicrohttpd, default pool",
-                 [cfg["mhd_bin"], "--port", str(port), "--threads", str(cfg["threads"]),
-                  "--bodies", bodies, "--memory-limit", str(MHD_DEFAULT_POOL_KIB)],
-                 "/", port, os.path.join(workdir, "mhd_ref_default_pool.log"))
-    try:
-        for sid in ("modlist", "obs_json"):
-            if os.path.exists(os.path.join(bodies, sid)):
-                res = run_wrk(srv.base + f"/mem/{sid}", cfg["connections"], cfg["duration"], cfg)
-                results.put(sid, "mhd_default_pool", res)
-                log(f"mhd (default pool) {sid}: {res['rps']:.0f} req/s")
-    finally:
-        srv.stop()
+    return Server("cellar", [cfg["cellar_bin"], "--root", cfg["data_dir"], "--bind", "127.0.0.1",
+                             "--port", str(port), "--threads", str(cfg["threads"])],
+                  "/healthz", port, os.path.join(workdir, "cellar.log"))
 
 
-def run_nginx(cfg, scenarios, results, workdir):
+def probe_cellar(srv, scenarios, results, bodies):
+    """Checks every route once and saves cellar's answers for the bare
+    reference; a 404 on a route still being built marks the row."""
+    for sc in scenarios:
+        status, body = probe(srv.base + sc["cellar"])
+        if status == 404 and sc.get("optional"):
+            sc["unavailable"] = True
+            results.put(sc["id"], "cellar", {"note": NOT_AVAILABLE})
+            log(f"{sc['id']}: 404 from cellar, {NOT_AVAILABLE}")
+            continue
+        if status != 200:
+            sc["unavailable"] = True
+            results.put(sc["id"], "cellar", {"note": f"HTTP {status}"})
+            log(f"{sc['id']}: HTTP {status} {body[:200]!r}")
+            continue
+        sc["body_bytes"] = len(body)
+        with open(os.path.join(bodies, sc["id"]), "wb") as f:
+            f.write(body)
+
+
+def start_mhd(cfg, workdir, bodies, pool_kib, name):
+    port = free_port()
+    return Server(name, [cfg["mhd_bin"], "--port", str(port), "--threads", str(cfg["threads"]),
+                         "--bodies", bodies, "--files", os.path.join(cfg["data_dir"], "bench.zarr"),
+                         "--memory-limit", str(pool_kib)],
+                  "/", port, os.path.join(workdir, f"{name.replace(' ', '_')}.log"))
+
+
+def start_nginx(cfg, workdir):
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     prefix = os.path.join(workdir, "nginx")
     os.makedirs(prefix, exist_ok=True)
@@ -400,40 +336,105 @@ def run_nginx(cfg, scenarios, results, workdir):
     conf_path = os.path.join(prefix, "nginx.conf")
     with open(conf_path, "w") as f:
         f.write(conf)
-    srv = Server("nginx", [nginx, "-p", prefix, "-c", conf_path, "-e",
-                           os.path.join(prefix, "error.log")],
-                 "/bench.zarr/zarr.json", port, os.path.join(workdir, "nginx.log"))
-    try:
-        for sc in scenarios:
-            if not sc.get("nginx"):
-                continue
-            res = run_wrk(srv.base + sc["nginx"], cfg["connections"], cfg["duration"], cfg)
-            results.put(sc["id"], "nginx", res)
-            log(f"nginx {sc['id']}: {res['rps']:.0f} req/s")
-    finally:
-        srv.stop()
+    return Server("nginx", [nginx, "-p", prefix, "-c", conf_path, "-e",
+                            os.path.join(prefix, "error.log")],
+                  "/bench.zarr/zarr.json", port, os.path.join(workdir, "nginx.log"))
 
 
-def run_h5grove(cfg, scenarios, results, workdir):
+def start_h5grove(cfg, workdir):
     port = free_port()
-    srv = Server("h5grove", [sys.executable, os.path.join(HERE, "h5grove_server.py"),
-                             cfg["data_dir"], str(port)],
-                 "/", port, os.path.join(workdir, "h5grove.log"))
+    return Server("h5grove", [sys.executable, os.path.join(HERE, "h5grove_server.py"),
+                              cfg["data_dir"], str(port)],
+                  "/", port, os.path.join(workdir, "h5grove.log"))
+
+
+def try_start(name, fn):
     try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - a missing reference is reported, not fatal
+        log(f"{name} did not start: {e}")
+        return None
+
+
+def measure(results, sid, server, url, cfg, rss_pid=None, **kw):
+    if rss_pid:
+        reset_peak_rss(rss_pid)
+    res = run_wrk(url, kw.pop("connections", cfg["connections"]), cfg["duration"], cfg, **kw)
+    if rss_pid:
+        res["rss_kb"] = read_status_kb(rss_pid, "VmHWM")
+        results.cellar_peak_kb = max(results.cellar_peak_kb, res["rss_kb"] or 0)
+    results.put(sid, server, res)
+    extra = f" rss {res['rss_kb']} kB" if rss_pid else ""
+    log(f"{server:>16} {sid}: {res['rps']:>9.0f} req/s p50 {res['p50_us']}us "
+        f"p99 {res['p99_us']}us errors {res['errors']}{extra}")
+    return res
+
+
+def run_all(cfg, manifest, scenarios, results, workdir):
+    """Every server is started first; then each scenario runs on cellar and
+    right after on its references, so that all of them see the same machine
+    (load from other work on it shifts the pairs together, not the ratios)."""
+    bodies = os.path.join(workdir, "bodies")
+    os.makedirs(bodies, exist_ok=True)
+    servers = {}
+    try:
+        cellar = servers["cellar"] = start_cellar(cfg, workdir)
+        probe_cellar(cellar, scenarios, results, bodies)
+        if "mhd" in cfg["refs"]:
+            servers["mhd"] = try_start("mhd", lambda: start_mhd(
+                cfg, workdir, bodies, cfg["pool_kib"], "bare libmicrohttpd"))
+            if cfg["pool_kib"] != MHD_DEFAULT_POOL_KIB:
+                servers["mhd_default_pool"] = try_start("mhd", lambda: start_mhd(
+                    cfg, workdir, bodies, MHD_DEFAULT_POOL_KIB, "mhd default pool"))
+        if "nginx" in cfg["refs"]:
+            servers["nginx"] = try_start("nginx", lambda: start_nginx(cfg, workdir))
+        if "h5grove" in cfg["refs"]:
+            servers["h5grove"] = try_start("h5grove", lambda: start_h5grove(cfg, workdir))
         for sc in scenarios:
-            if not sc.get("h5grove"):
+            sid = sc["id"]
+            if not sc.get("unavailable"):
+                measure(results, sid, "cellar", cellar.base + sc["cellar"], cfg,
+                        rss_pid=cellar.pid())
+                mhd = servers.get("mhd")
+                if mhd:
+                    path = f"/mem/{sid}" if sc["mhd"] == "mem" else f"/file/{sc['key']}"
+                    measure(results, sid, "mhd", mhd.base + path, cfg)
+                dp = servers.get("mhd_default_pool")
+                if dp and sid in ("modlist", "obs_json"):
+                    measure(results, sid, "mhd_default_pool", dp.base + f"/mem/{sid}", cfg)
+            elif sc.get("key") and servers.get("mhd"):
+                measure(results, sid, "mhd", servers["mhd"].base + f"/file/{sc['key']}", cfg)
+            ref_path = sc.get("nginx") or sc.get("h5grove")
+            ref_name = "nginx" if sc.get("nginx") else "h5grove"
+            if not ref_path:
                 continue
-            status, body = probe(srv.base + sc["h5grove"])
+            ref = servers.get(ref_name)
+            if not ref:
+                results.put(sid, ref_name, {"note": f"{ref_name} did not run"})
+                continue
+            status, body = probe(ref.base + ref_path)
             if status != 200:
-                results.put(sc["id"], "h5grove", {"note": f"HTTP {status}"})
-                log(f"h5grove {sc['id']}: HTTP {status} {body[:200]!r}")
+                results.put(sid, ref_name, {"note": f"HTTP {status}"})
+                log(f"{ref_name} {sid}: HTTP {status} {body[:200]!r}")
                 continue
-            res = run_wrk(srv.base + sc["h5grove"], cfg["connections"], cfg["duration"], cfg)
-            res["body_bytes"] = len(body)
-            results.put(sc["id"], "h5grove", res)
-            log(f"h5grove {sc['id']}: {res['rps']:.0f} req/s")
+            measure(results, sid, ref_name, ref.base + ref_path, cfg)
+        mixed = os.path.join(LUA_DIR, "mixed.lua")
+        targets = [("cellar", cellar)]
+        if servers.get("mhd"):
+            targets.append(("mhd", servers["mhd"]))
+        for name, srv in targets:
+            paths_file = os.path.join(workdir, f"mixed-{name}.tsv")
+            write_paths(paths_file, mixed_paths(manifest, scenarios, name))
+        for conns in (1, 16, 256):
+            for name, srv in targets:
+                measure(results, f"mixed_{conns}", name, srv.base + "/", cfg,
+                        rss_pid=cellar.pid() if name == "cellar" else None,
+                        connections=conns, script=mixed,
+                        extra_env={"BENCH_PATHS": os.path.join(workdir, f"mixed-{name}.tsv")})
     finally:
-        srv.stop()
+        for srv in servers.values():
+            if srv:
+                srv.stop()
 
 
 # --------------------------------------------------------------------------
@@ -608,6 +609,9 @@ and driven by the same wrk settings.
   ({manifest['nnz']:,} stored values in X); the MuData holds {manifest['mudata_cells']:,} cells
   (`rna` {manifest['rna_cells']:,}, `prot` {manifest['prot_cells']:,}). Written by
   `bench/make_data.py` with anndata/mudata, seed {manifest['seed']}.
+- Other load: the 1-minute load average was {cfg['load_start']:.1f} at the start and
+  {cfg['load_end']:.1f} at the end ({info['cores']} cores); each scenario runs on cellar and
+  right after on its references, so outside load shifts both sides of a ratio.
 - Load: wrk, {cfg['wrk_threads']} thread(s), {cfg['duration']:g} s per run after
   {cfg['warmup']:g} s of warm-up, {cfg['connections']} connections unless stated;
   servers with {cfg['threads']} threads (cellar `--threads`, the libmicrohttpd pool,
@@ -696,12 +700,13 @@ def main():
         "data_dir": os.path.join(HERE, "data", f"scale-{scale:g}"),
         "mhd_bin": os.path.join(HERE, "data", "bin", "mhd_ref"),
         "out": os.environ.get("BENCH_OUT") or os.path.join(REPO, "BENCHMARKS.md"),
-        "only": set(filter(None, os.environ.get("BENCH_ONLY", "").split(","))),
+        "refs": set(filter(None, os.environ.get("BENCH_REFS", "mhd,nginx,h5grove").split(","))),
         "pool_kib": cellar_pool_kib(),
     }
     cfg["command"] = os.environ.get("BENCH_COMMAND") or (
         f"make bench BENCH_SCALE={scale:g} BENCH_DURATION={cfg['duration']:g}")
     t0 = time.time()
+    cfg["load_start"] = os.getloadavg()[0]
     manifest_path = os.path.join(cfg["data_dir"], "manifest.json")
     if data_version(manifest_path) != wanted_data_version():
         shutil.rmtree(cfg["data_dir"], ignore_errors=True)
@@ -718,26 +723,11 @@ def main():
     results = Results()
     results.cellar_peak_kb = 0
 
-    def wanted(name):
-        return not cfg["only"] or name in cfg["only"]
-
-    bodies = run_cellar(cfg, manifest, scenarios, results, workdir)
-    for name, fn in (("mhd", lambda: run_mhd(cfg, manifest, scenarios, results, workdir, bodies)),
-                     ("nginx", lambda: run_nginx(cfg, scenarios, results, workdir)),
-                     ("h5grove", lambda: run_h5grove(cfg, scenarios, results, workdir))):
-        if not wanted(name):
-            continue
-        try:
-            fn()
-        except Exception as e:  # noqa: BLE001 - a missing reference is reported, not fatal
-            log(f"{name} failed: {e}")
-            key = {"mhd": "mhd", "nginx": "nginx", "h5grove": "h5grove"}[name]
-            for sc in scenarios:
-                if sc.get(key) and results.get(sc["id"], name) is None:
-                    results.put(sc["id"], name, {"note": f"{name} did not run"})
+    run_all(cfg, manifest, scenarios, results, workdir)
     table = build_table(scenarios, results, cfg)
     targets = check_targets(scenarios, results, cfg)
     info = machine_info(cfg)
+    cfg["load_end"] = os.getloadavg()[0]
     seconds = time.time() - t0
     write_markdown(cfg["out"], cfg, manifest, scenarios, results, table, targets, info, seconds)
     print(table)
