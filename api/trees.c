@@ -294,12 +294,14 @@ static int open_tree(api_request *req, tree_req *tr, const char *const *extra, u
     int rc = api_check_params(req, allowed, err);
     if (rc) {
         const char *wrong = is_obst ? "var_columns" : "obs_columns";
-        for (size_t i = 0; i < req->n_query; i++)
-            if (!strcmp(req->query[i].key, wrong)) {
-                cellar_error_clear(err);
-                return cellar_fail(err, CELLAR_EINVAL, "%s trees join %s columns: use %s",
-                                   tr->axis, tr->join_key, tr->join_param);
-            }
+        int asked = req->body && json_is_object(req->body) && json_object_get(req->body, wrong);
+        for (size_t i = 0; i < req->n_query && !asked; i++)
+            asked = !strcmp(req->query[i].key, wrong);
+        if (asked) {
+            cellar_error_clear(err);
+            return cellar_fail(err, CELLAR_EINVAL, "%s trees join %s columns: use %s",
+                               tr->axis, tr->join_key, tr->join_param);
+        }
         return rc;
     }
     if ((rc = api_negotiate_format(req, formats, &tr->fmt, err)))

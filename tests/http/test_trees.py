@@ -482,6 +482,11 @@ def test_obs_columns_leaves_alignment(tsrv, tref, name):
     assert js["var"]["mean"] == pytest.approx(float(t.var.loc["g2", "mean"]))
     assert_problem(tsrv.get(tpath(name, "vart", "v1"), obs_columns="score"), 400,
                    detail_contains="var_columns")
+    assert_problem(tsrv.post(tpath(name, "obst", "t1"), {"var_columns": "mean"}), 400,
+                   detail_contains="obs_columns")
+    js = assert_json(tsrv.post(tpath(name, "obst", "t1", "lca"), {"nodes": ["c0", "c1"],
+                                                                  "obs_columns": ["kind"]}))
+    assert js["lca"]["id"] == nx.lowest_common_ancestor(t.obst["t1"], "c0", "c1")
     assert_problem(tsrv.get(tpath(name, "obst", "t1"), obs_columns="nope"), 404,
                    detail_contains="nope")
 
