@@ -66,6 +66,19 @@ static int key_is_safe(const char *key)
     }
 }
 
+/* A copy of text for the server log: control characters as '?', so a
+ * refused key cannot forge log lines. */
+static const char *log_text(arena *a, const char *text)
+{
+    char *out = arena_strdup(a, text);
+    if (!out)
+        return "(out of memory)";
+    for (char *p = out; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
+    return out;
+}
+
 static const char *base_name(const char *key)
 {
     const char *slash = strrchr(key, '/');
@@ -398,7 +411,8 @@ static int fd_inside(int fd, const char *path, const char *dir)
 /* Opens key inside dir: a regular file that stays inside.  Returns the fd
  * (>= 0), CELLAR_ENOTFOUND (errno-like reasons kept out of the detail),
  * or CELLAR_EIO. */
-static int open_key(const char *dir, const char *key, struct stat *st, int *missing)
+static int open_key(arena *a, const char *dir, const char *key, struct stat *st,
+                    int *missing)
 {
     *missing = 0;
     char path[PATH_MAX];
@@ -420,7 +434,7 @@ static int open_key(const char *dir, const char *key, struct stat *st, int *miss
     if (!S_ISREG(st->st_mode) || !fd_inside(fd, path, dir)) {
         if (S_ISREG(st->st_mode))
             fprintf(stderr, "cellar: refused zarr key '%.300s': resolves outside its store\n",
-                    key);
+                    log_text(a, key));
         close(fd);
         return CELLAR_ENOTFOUND;
     }
@@ -452,13 +466,13 @@ int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
                            "name a zarr key after /zarr/ (e.g. .zgroup, zarr.json or a chunk)");
     if (!key_is_safe(key)) {
         fprintf(stderr, "cellar: refused zarr key '%.300s' of '%.300s' (not a plain relative key)\n",
-                key, name);
+                log_text(req->arena, key), name);
         return cellar_fail(err, CELLAR_ENOTFOUND, "no key '%.300s' in zarr store '%.300s'", key,
                            name);
     }
     struct stat st;
     int missing = 0;
-    int fd = open_key(store_path(s), key, &st, &missing);
+    int fd = open_key(req->arena, store_path(s), key, &st, &missing);
     if (fd < 0 && missing && !strcmp(key, ".zmetadata") &&
         zarr_store_version(store_path(s)) == 2)
         return serve_built_zmetadata(req, res, err);
