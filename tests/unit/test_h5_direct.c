@@ -172,10 +172,13 @@ static int hd_written(const ds_spec *s, const int64_t *pos)
     return 1;
 }
 
-static void hd_write_one(hid_t f, const ds_spec *s)
+/* unlimited: chunked datasets get unlimited maximum dims (other chunk
+ * indexes in the latest file format). */
+static void hd_write_one(hid_t f, const ds_spec *s, int unlimited)
 {
     hid_t ft = hd_ftype(s->ft);
-    hid_t space = H5Screate_simple(s->rank, s->dims, NULL);
+    hsize_t maxdims[3] = {H5S_UNLIMITED, H5S_UNLIMITED, H5S_UNLIMITED};
+    hid_t space = H5Screate_simple(s->rank, s->dims, unlimited && s->chunk[0] ? maxdims : NULL);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     if (s->chunk[0]) {
         H5Pset_chunk(dcpl, s->rank, s->chunk);
@@ -230,16 +233,22 @@ static void hd_write_one(hid_t f, const ds_spec *s)
     H5Tclose(ft);
 }
 
-static void hd_write_file(const char *path, hsize_t userblock)
+/* latest: the latest file format (fixed array, extensible array and v2
+ * B-tree chunk indexes), with unlimited dims. */
+static void hd_write_file(const char *path, hsize_t userblock, int latest)
 {
     hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
     if (userblock)
         H5Pset_userblock(fcpl, userblock);
-    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, fcpl, H5P_DEFAULT);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (latest)
+        H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, fcpl, fapl);
     CHECK(f >= 0);
     H5Pclose(fcpl);
+    H5Pclose(fapl);
     for (size_t i = 0; i < HD_NSPECS; i++)
-        hd_write_one(f, &hd_specs[i]);
+        hd_write_one(f, &hd_specs[i], latest);
     H5Fclose(f);
     if (userblock) {
         const char header[] = "MuData (format-version=0.1.0;creator=muon)";
@@ -446,7 +455,15 @@ void test_h5_direct_layouts(void)
 {
     char path[512];
     hd_path(path, sizeof path, "direct.h5");
-    hd_write_file(path, 0);
+    hd_write_file(path, 0, 0);
+    hd_check_file(path);
+}
+
+void test_h5_direct_latest_format(void)
+{
+    char path[512];
+    hd_path(path, sizeof path, "direct-latest.h5");
+    hd_write_file(path, 0, 1);
     hd_check_file(path);
 }
 
@@ -454,7 +471,10 @@ void test_h5_direct_userblock(void)
 {
     char path[512];
     hd_path(path, sizeof path, "direct.h5mu");
-    hd_write_file(path, 512);
+    hd_write_file(path, 512, 0);
+    hd_check_file(path);
+    hd_path(path, sizeof path, "direct-latest.h5mu");
+    hd_write_file(path, 512, 1);
     hd_check_file(path);
 }
 
