@@ -4,7 +4,14 @@
  * the tree; the root also holds the file, opened with H5F_CLOSE_STRONG, and
  * closes it last, so freeing the tree really closes the file.  Calls into
  * libhdf5 are serialized by its global lock (thread-safe build); nothing
- * here is shared between calls except immutable per-node ids. */
+ * here is shared between calls except immutable per-node ids.
+ *
+ * Direct reads: the root also keeps its own descriptor of the file, and a
+ * numeric dataset gets, on its first read, a plan of where its bytes are
+ * (storage/h5_direct.h); reads through a plan pread and decode outside
+ * libhdf5, so they run in parallel.  Datasets that do not qualify (other
+ * filters, compact or virtual layout, external storage, unusual types)
+ * keep the libhdf5 path below. */
 #include "storage/h5.h"
 
 #include <errno.h>
