@@ -444,7 +444,8 @@ static int zarr_list_children(node *n, arena *a, const char ***names, size_t *co
     }
     if (rc)
         goto done;
-    qsort(l.v, l.n, sizeof *l.v, cmp_str);
+    if (l.n)
+        qsort(l.v, l.n, sizeof *l.v, cmp_str); /* l.v is NULL for an empty group */
     const char **out = arena_calloc(a, l.n ? l.n : 1, sizeof *out);
     if (!out) {
         rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '%s'", n->path);
