@@ -74,7 +74,13 @@ AD_STORES = _anndata_stores()
 MU_STORES = [ZStore("mu_v2.zarr", MU_H5, "mudata", 2), ZStore("mu_v3.zarr", MU_H5, "mudata", 3, True)]
 TD_STORES = [ZStore("td_v2.zarr", TD_H5, "treedata", 2), ZStore("td_v3.zarr", TD_H5, "treedata", 3, True)]
 EXTRA_STORES = [ZStore(NO_ZMETA, AD_H5, "anndata", 2), ZStore(V3_UNCONSOLIDATED, AD_H5, "anndata", 3, True)]
-ALL_STORES = AD_STORES + MU_STORES + TD_STORES + EXTRA_STORES
+# the odd AnnData of writers.py (no rows, no columns, non-ASCII names) and
+# one with .raw and a CSC X, each in v2 and v3 beside its .h5ad twin
+EDGE_WRITERS = {"empty_rows": W.write_empty_rows, "no_columns": W.write_no_columns,
+                "unicode": W.write_unicode}
+EDGE_STORES = [ZStore(f"{n}_v{f}.zarr", f"{n}.h5ad", "anndata", f, f == 3)
+               for n in (*EDGE_WRITERS, "raw_csc") for f in (2, 3)]
+ALL_STORES = AD_STORES + MU_STORES + TD_STORES + EXTRA_STORES + EDGE_STORES
 BY_NAME = {s.name: s for s in ALL_STORES}
 
 # the stores the real-client tests read (a v2 one and a v3 sharded one)
@@ -99,6 +105,39 @@ def make_adata() -> ad.AnnData:
     a.uns["note"] = "written by zarr_writers"
     a.uns["params"] = {"n_pcs": 3, "seed": SEED}
     return a
+
+
+def make_raw_csc() -> ad.AnnData:
+    """A CSC X and a .raw with more variables than X."""
+    rng = np.random.default_rng(SEED + 5)
+    full = ad.AnnData(
+        X=sp.random(30, 9, density=0.2, format="csc", random_state=3, dtype=np.float32),
+        obs=pd.DataFrame({"g": pd.Categorical(rng.choice(["x", "y"], 30))},
+                         index=[f"o{i}" for i in range(30)]),
+        var=pd.DataFrame({"w": rng.random(9)}, index=[f"v{i}" for i in range(9)]),
+    )
+    full.raw = full
+    return full[:, :5].copy()
+
+
+def object_written_by(write_fn) -> tuple[ad.AnnData, dict]:
+    """The AnnData a writers.py function writes and the keyword arguments
+    it passes to write_h5ad (captured on the way, the file goes to a
+    throwaway path), so its zarr copies come from the same object."""
+    import tempfile
+    captured = {}
+    original = ad.AnnData.write_h5ad
+
+    def capture(self, path, **kwargs):
+        captured["adata"], captured["kwargs"] = self, kwargs
+
+    ad.AnnData.write_h5ad = capture
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            write_fn(Path(tmp) / "x.h5ad")
+    finally:
+        ad.AnnData.write_h5ad = original
+    return captured["adata"], captured["kwargs"]
 
 
 def make_mdata() -> md.MuData:
@@ -174,6 +213,18 @@ def write_all(root: Path, outside: Path) -> None:
     write_anndata_zarr(a, root / V3_UNCONSOLIDATED, BY_NAME[V3_UNCONSOLIDATED], consolidate=False)
     shutil.copytree(root / V2, root / NO_ZMETA)
     (root / NO_ZMETA / ".zmetadata").unlink()
+
+    for name in (*EDGE_WRITERS, "raw_csc"):
+        if name == "raw_csc":
+            obj, kwargs = make_raw_csc(), {}
+        else:
+            obj, kwargs = object_written_by(EDGE_WRITERS[name])
+        obj.write_h5ad(root / f"{name}.h5ad", **kwargs)
+        conv = kwargs.get("convert_strings_to_categoricals", True)
+        for fmt in (2, 3):
+            with zarr_settings(fmt, fmt == 3):
+                ad.io.write_zarr(root / f"{name}_v{fmt}.zarr", obj,
+                                 convert_strings_to_categoricals=conv)
 
     # mudata's writers update() the object they write (a `str` column
     # becomes `string`), so each MuData copy is written from a fresh object
