@@ -13,6 +13,8 @@ Environment:
   BENCH_WRK_THREADS   wrk threads (default 1: the rest is left to the server)
   BENCH_OUT           the Markdown file to rewrite (default BENCHMARKS.md)
   BENCH_REFS          references to run (default mhd,nginx,h5grove)
+  BENCH_ONLY          comma list of scenario ids to run (summary, modlist,
+                      obs_json, ..., mixed); default all
 
 Every server listens on 127.0.0.1 on a free port and is stopped at the end.
 """
@@ -377,9 +379,17 @@ def run_all(cfg, manifest, scenarios, results, workdir):
     bodies = os.path.join(workdir, "bodies")
     os.makedirs(bodies, exist_ok=True)
     servers = {}
+
+    def fresh_cellar():
+        # A new process for each scenario: its peak RSS is that scenario's
+        # own (the caches it fills), not what earlier scenarios left.
+        if servers.get("cellar"):
+            servers.pop("cellar").stop()
+        servers["cellar"] = start_cellar(cfg, workdir)
+        return servers["cellar"]
+
     try:
-        cellar = servers["cellar"] = start_cellar(cfg, workdir)
-        probe_cellar(cellar, scenarios, results, bodies)
+        probe_cellar(fresh_cellar(), scenarios, results, bodies)
         if "mhd" in cfg["refs"]:
             servers["mhd"] = try_start("mhd", lambda: start_mhd(
                 cfg, workdir, bodies, cfg["pool_kib"], "bare libmicrohttpd"))
@@ -392,7 +402,10 @@ def run_all(cfg, manifest, scenarios, results, workdir):
             servers["h5grove"] = try_start("h5grove", lambda: start_h5grove(cfg, workdir))
         for sc in scenarios:
             sid = sc["id"]
+            if cfg["only"] and sid not in cfg["only"]:
+                continue
             if not sc.get("unavailable"):
+                cellar = fresh_cellar()
                 measure(results, sid, "cellar", cellar.base + sc["cellar"], cfg,
                         rss_pid=cellar.pid())
                 mhd = servers.get("mhd")
@@ -419,16 +432,15 @@ def run_all(cfg, manifest, scenarios, results, workdir):
                 continue
             measure(results, sid, ref_name, ref.base + ref_path, cfg)
         mixed = os.path.join(LUA_DIR, "mixed.lua")
-        targets = [("cellar", cellar)]
-        if servers.get("mhd"):
-            targets.append(("mhd", servers["mhd"]))
-        for name, srv in targets:
-            paths_file = os.path.join(workdir, f"mixed-{name}.tsv")
-            write_paths(paths_file, mixed_paths(manifest, scenarios, name))
-        for conns in (1, 16, 256):
-            for name, srv in targets:
+        names = ["cellar"] + (["mhd"] if servers.get("mhd") else [])
+        for name in names:
+            write_paths(os.path.join(workdir, f"mixed-{name}.tsv"),
+                        mixed_paths(manifest, scenarios, name))
+        for conns in (1, 16, 256) if not cfg["only"] or "mixed" in cfg["only"] else ():
+            for name in names:
+                srv = fresh_cellar() if name == "cellar" else servers[name]
                 measure(results, f"mixed_{conns}", name, srv.base + "/", cfg,
-                        rss_pid=cellar.pid() if name == "cellar" else None,
+                        rss_pid=srv.pid() if name == "cellar" else None,
                         connections=conns, script=mixed,
                         extra_env={"BENCH_PATHS": os.path.join(workdir, f"mixed-{name}.tsv")})
     finally:
@@ -620,8 +632,9 @@ and driven by the same wrk settings.
 ## Results
 
 Ratios are cellar's requests/s over the reference's, from this run. Latencies
-are wrk's (p50, p99), RSS is cellar's peak resident size (VmHWM, reset before
-each scenario).
+are wrk's (p50, p99). RSS is cellar's peak resident size (VmHWM): each
+scenario runs on a freshly started cellar (its warm-up fills the caches it
+uses), so the RSS is that scenario's own.
 
 {table}
 
@@ -700,6 +713,7 @@ def main():
         "data_dir": os.path.join(HERE, "data", f"scale-{scale:g}"),
         "mhd_bin": os.path.join(HERE, "data", "bin", "mhd_ref"),
         "out": os.environ.get("BENCH_OUT") or os.path.join(REPO, "BENCHMARKS.md"),
+        "only": set(filter(None, os.environ.get("BENCH_ONLY", "").split(","))),
         "refs": set(filter(None, os.environ.get("BENCH_REFS", "mhd,nginx,h5grove").split(","))),
         "pool_kib": cellar_pool_kib(),
     }
