@@ -67,7 +67,7 @@ typedef struct h5_node {
     /* datasets: the direct-read plan, made on first read under dlock */
     pthread_mutex_t dlock;
     int dlock_init;
-    int dstate; /* DIRECT_* */
+    atomic_int dstate; /* DIRECT_*; READY is published after plan */
     h5d_plan *plan;
 } h5_node;
 
@@ -710,6 +710,7 @@ static int h5_node_wrap(node *parent, const char *name, hid_t obj, hid_t file, n
     h->ftype = H5I_INVALID_HID;
     h->memtype = H5I_INVALID_HID;
     h->fd = -1;
+    atomic_init(&h->dstate, DIRECT_UNPLANNED);
     h->dlock_init = pthread_mutex_init(&h->dlock, NULL) == 0;
     n->impl = h;
     int rc = 0;
@@ -1388,7 +1389,8 @@ done:
     return rc;
 }
 
-/* Makes the plan of a dataset, or leaves it DIRECT_NONE.  Under h->dlock. */
+/* Makes the plan of a dataset and publishes DIRECT_READY, or publishes
+ * DIRECT_NONE.  Under h->dlock. */
 static void direct_plan_make(const node *n, h5_node *h)
 {
     const h5_node *root = n->root->impl;
@@ -1396,34 +1398,41 @@ static void direct_plan_make(const node *n, h5_node *h)
     h5d_plan *p = NULL;
     cellar_error err;
     cellar_error_clear(&err);
-    h->dstate = DIRECT_NONE;
-    if (root->fd < 0 || direct_layout(n, h, root, &l) || h5d_plan_new(&l, &p, &err))
+    if (root->fd < 0 || direct_layout(n, h, root, &l) || h5d_plan_new(&l, &p, &err)) {
+        atomic_store_explicit(&h->dstate, DIRECT_NONE, memory_order_release);
         return;
+    }
     if (!l.contiguous && atomic_load(&h5_direct_mode) != 2 && direct_table(h, root, l.ndim, p)) {
         /* No table after all (too many chunks, or odd ones): start again
          * and fetch chunks through libhdf5. */
         h5d_plan_free(p);
         p = NULL;
-        if (h5d_plan_new(&l, &p, &err))
+        if (h5d_plan_new(&l, &p, &err)) {
+            atomic_store_explicit(&h->dstate, DIRECT_NONE, memory_order_release);
             return;
+        }
     }
     h->plan = p;
-    h->dstate = DIRECT_READY;
+    atomic_store_explicit(&h->dstate, DIRECT_READY, memory_order_release);
 }
 
-/* The plan of a dataset node (made on first use), or NULL. */
+/* The plan of a dataset node (made on first use, under dlock; read without
+ * a lock once published), or NULL. */
 static const h5d_plan *direct_plan_get(const node *n, h5_node *h)
 {
     if (!h->dlock_init || n->info.type != NODE_ARRAY)
         return NULL;
-    pthread_mutex_lock(&h->dlock);
-    if (h->dstate == DIRECT_UNPLANNED) {
-        h5_quiet();
-        direct_plan_make(n, h);
+    int state = atomic_load_explicit(&h->dstate, memory_order_acquire);
+    if (state == DIRECT_UNPLANNED) {
+        pthread_mutex_lock(&h->dlock);
+        if (atomic_load_explicit(&h->dstate, memory_order_relaxed) == DIRECT_UNPLANNED) {
+            h5_quiet();
+            direct_plan_make(n, h);
+        }
+        state = atomic_load_explicit(&h->dstate, memory_order_relaxed);
+        pthread_mutex_unlock(&h->dlock);
     }
-    const h5d_plan *p = h->dstate == DIRECT_READY ? h->plan : NULL;
-    pthread_mutex_unlock(&h->dlock);
-    return p;
+    return state == DIRECT_READY ? h->plan : NULL;
 }
 
 /* libhdf5 1.10 fails H5Dget_chunk_storage_size for a chunk never written:
