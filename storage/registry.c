@@ -460,6 +460,43 @@ static void free_victims(store **victims, size_t n)
         store_free(victims[i]);
 }
 
+/* Opens a version whose identity did not change while it was opened: the
+ * file is stat'ed, opened by path, and stat'ed again, so a file replaced or
+ * still being written in between is never served under the identity (and
+ * ETag) of another version.  A file that keeps changing is 503. */
+static int open_stable(registry *r, const char *name, const char *path,
+                       const file_identity *first, store **out, cellar_error *err)
+{
+    enum { ATTEMPTS = 5 };
+    file_identity before = *first;
+    for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
+        store *s = NULL;
+        cellar_error open_err;
+        cellar_error_clear(&open_err);
+        int rc = store_open(r, name, path, &before, &s, &open_err);
+        file_identity after;
+        if (read_identity(path, backend_of(name), &after) != 0) {
+            store_free(s);
+            return cellar_fail(err, CELLAR_ENOTFOUND, "no store named '%s'", name);
+        }
+        if (identity_equal(&before, &after)) {
+            if (rc) {
+                if (err && !err->code)
+                    *err = open_err;
+                return rc;
+            }
+            *out = s;
+            return 0;
+        }
+        store_free(s);
+        before = after;
+        struct timespec pause = {0, 20 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    return cellar_fail(err, CELLAR_EUNAVAILABLE,
+                       "store '%s' kept changing on disk while being opened; retry", name);
+}
+
 /* Opens a new version and installs it as current. Called with open_lock
  * held, so one store is opened at a time: libhdf5 shares an open file
  * between handles by (device, inode), and two handles of one file must not
@@ -482,7 +519,7 @@ static int open_and_install(registry *r, const char *name, const char *path,
         return rc;
 
     store *fresh = NULL;
-    rc = store_open(r, name, path, id, &fresh, err);
+    rc = open_stable(r, name, path, id, &fresh, err);
     if (rc) {
         if (rc == CELLAR_EFORMAT)
             fprintf(stderr, "cellar: store '%s' is not readable: %s\n", name,
