@@ -789,7 +789,10 @@ int h5d_read(const h5d_plan *p, int fd, h5d_fetch_fn fetch, void *fetch_ctx,
         rc = walk_init(&r.w[d], &sel[d], l->shape[d], p->chunk[d], p->grid[d], what, err);
         if (rc)
             goto done;
-        total *= (size_t)sel[d].count; /* the caller checked the output size */
+        if (!mul_ok(total, (size_t)sel[d].count, &total)) {
+            rc = cellar_fail(err, CELLAR_ETOOBIG, "selection of '%s' too large", WHAT(what));
+            goto done;
+        }
     }
     size_t need;
     if (!mul_ok(total, l->elem_size, &need) || out_bytes < need) {
