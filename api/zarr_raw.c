@@ -165,16 +165,18 @@ static int etag_list_matches(const char *header, const char *etag)
     return 0;
 }
 
-/* Parses a decimal number; -1 when empty, not digits or over 2^62. */
+/* Parses a decimal number, saturating at UINT64_MAX (a huge position is
+ * still a position: past the end); -1 when empty or not all digits. */
 static int parse_u64(const char *s, size_t len, uint64_t *out)
 {
-    if (len == 0 || len > 18)
+    if (len == 0)
         return -1;
     uint64_t v = 0;
     for (size_t i = 0; i < len; i++) {
         if (s[i] < '0' || s[i] > '9')
             return -1;
-        v = v * 10 + (uint64_t)(s[i] - '0');
+        unsigned d = (unsigned)(s[i] - '0');
+        v = v > (UINT64_MAX - d) / 10 ? UINT64_MAX : v * 10 + d;
     }
     *out = v;
     return 0;

@@ -341,6 +341,7 @@ def test_raw_gzip_is_never_applied(zserver, zroot):
 @pytest.mark.parametrize("spec,first,last", [
     ("bytes=0-9", 0, 9), ("bytes=5-", 5, None), ("bytes=-7", -7, None), ("bytes=3-3", 3, 3),
     ("bytes=10-100000", 10, None), ("bytes=-100000", 0, None), ("BYTES = 2-4", 2, 4),
+    ("bytes=4-99999999999999999999999", 4, None), ("bytes=-99999999999999999999999", 0, None),
 ])
 def test_raw_range(zserver, zroot, spec, first, last):
     key = "X/c/0/0"
@@ -356,7 +357,8 @@ def test_raw_range(zserver, zroot, spec, first, last):
     assert r.headers["Accept-Ranges"] == "bytes" and "ETag" in r.headers
 
 
-@pytest.mark.parametrize("spec", ["bytes=100000-", "bytes=100000-100010", "bytes=-0", "bytes=9-3"])
+@pytest.mark.parametrize("spec", ["bytes=100000-", "bytes=100000-100010", "bytes=-0", "bytes=9-3",
+                                  "bytes=99999999999999999999999-", "bytes=18446744073709551615-"])
 def test_raw_range_unsatisfiable(zserver, zroot, spec):
     size = (zroot / Z.V3_SHARDED / "X/c/0/0").stat().st_size
     r = zserver.raw(raw(Z.V3_SHARDED, "X/c/0/0"), headers={"Range": spec})
