@@ -1526,7 +1526,7 @@ void h5_set_direct_reads(int mode)
 
 int h5_direct_kind(node *n)
 {
-    if (n->ops != &h5_ops)
+    if (n->ops != &h5_ops || atomic_load(&h5_direct_mode) == 0)
         return 0;
     const h5d_plan *p = direct_plan_get(n, n->impl);
     if (!p)

@@ -52,7 +52,7 @@ int h5_open(const char *path, node **root, cellar_error *err);
  * read after the call). */
 void h5_set_direct_reads(int mode);
 
-/* How reads of n go (makes its plan when not made yet): 0 through libhdf5,
+/* How reads of n go now (makes its plan when not made yet): 0 through libhdf5,
  * 1 direct (pread), 2 chunk bytes through libhdf5, decoded outside it.
  * For tests and diagnostics. */
 int h5_direct_kind(node *n);
