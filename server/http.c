@@ -405,6 +405,46 @@ static const char *request_header(void *conn, const char *name)
     return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
 }
 
+static void discard_response(api_response *res)
+{
+    buf_destroy(&res->body);
+    if (res->fd >= 0)
+        close(res->fd);
+    res->fd = -1;
+    res->n_headers = 0;
+    res->content_type = NULL;
+    res->status = 200;
+}
+
+/* Runs the route's handler.  Reads are lazy, so a store file rewritten in
+ * place while the handler read it may have mixed bytes of its next version
+ * into the answer: when the file changed, the answer is thrown away and
+ * made again from the new version (a few times, then 503). */
+static int run_handler(request_ctx *ctx, cellar_error *err)
+{
+    enum { ATTEMPTS = 3 };
+    api_request *req = &ctx->req;
+    for (int attempt = 1;; attempt++) {
+        discard_response(&ctx->res);
+        int rc = ctx->route.handler(req, &ctx->res, err);
+        if (!req->store || ctx->route.id == ROUTE_ZARR_RAW || store_unchanged(req->store))
+            return rc;
+        discard_response(&ctx->res);
+        if (attempt == ATTEMPTS) {
+            cellar_error_clear(err);
+            return cellar_fail(err, CELLAR_EUNAVAILABLE,
+                               "store '%s' kept changing on disk while being read; retry",
+                               req->store_name);
+        }
+        store_release(req->store);
+        req->store = NULL;
+        cellar_error_clear(err);
+        rc = api_open_store(req, err);
+        if (rc)
+            return rc;
+    }
+}
+
 static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, const char *url)
 {
     api_request *req = &ctx->req;
@@ -452,8 +492,7 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
     rc = parse_body(ctx, &err);
     if (rc)
         return send_problem(ctx, conn, &err, NULL);
-    ctx->res.status = 200;
-    rc = ctx->route.handler(req, &ctx->res, &err);
+    rc = run_handler(ctx, &err);
     if (rc) {
         if (!err.code)
             cellar_fail(&err, rc, "%s", cellar_strerror(rc));

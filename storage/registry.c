@@ -804,6 +804,12 @@ node *store_root(store *s)
     return s->root;
 }
 
+int store_unchanged(const store *s)
+{
+    file_identity now;
+    return read_identity(s->path, s->backend, &now) == 0 && identity_equal(&now, &s->id);
+}
+
 uint64_t store_bytes(const store *s)
 {
     return (uint64_t)s->id.size;

@@ -98,6 +98,12 @@ store_kind store_get_kind(const store *s);
 store_backend store_get_backend(const store *s);
 node *store_root(store *s);
 uint64_t store_bytes(const store *s);
+
+/* Whether the file on disk still has this version's identity.  Reads are
+ * lazy, so a file rewritten in place while a request read it may have given
+ * bytes of the new contents: the server checks this after answering and
+ * answers again from the new version when it fails. */
+int store_unchanged(const store *s);
 struct timespec store_mtime(const store *s);
 
 /* Strong validator of this version, quoted, e.g. "\"2a-1f3-51200-1733150000.123\"". */
