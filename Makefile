@@ -106,7 +106,12 @@ unit: $(BUILD)/unit_tests
 SAN_ENV := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 \
            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-pytest: $(BUILD)/cellar venv
+# zarrita.js for the zarr client tests, from the committed lock file.
+ZARR_CLIENTS := tests/http/zarr_clients
+$(ZARR_CLIENTS)/node_modules/.package-lock.json: $(ZARR_CLIENTS)/package.json $(ZARR_CLIENTS)/package-lock.json
+	npm ci --no-audit --no-fund --prefix $(ZARR_CLIENTS)
+
+pytest: $(BUILD)/cellar venv $(ZARR_CLIENTS)/node_modules/.package-lock.json
 	$(SAN_ENV) CELLAR_BIN=$(abspath $(BUILD)/cellar) $(VENV)/bin/python -m pytest -q tests/http
 
 # One build: unit tests, then the HTTP suite against the real binary.
