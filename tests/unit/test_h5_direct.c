@@ -847,3 +847,115 @@ void test_h5_direct_threads(void)
         node_tree_free(root);
     }
 }
+
+/* ------------------------------------------- libhdf5's lock not taken */
+
+typedef struct hd_holder {
+    const char *path;
+    volatile int inside, stop, left;
+} hd_holder;
+
+/* Runs inside libhdf5 (its global lock held) until told to stop. */
+static herr_t hd_hold_cb(hid_t g, const char *name, const H5L_info_t *info, void *data)
+{
+    (void)g;
+    (void)name;
+    (void)info;
+    hd_holder *h = data;
+    __atomic_store_n(&h->inside, 1, __ATOMIC_SEQ_CST);
+    for (int i = 0; i < 2000 && !__atomic_load_n(&h->stop, __ATOMIC_SEQ_CST); i++)
+        usleep(5000);
+    return 1; /* one link is enough */
+}
+
+static void *hd_holder_main(void *arg)
+{
+    hd_holder *h = arg;
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t f = H5Fopen(h->path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hsize_t idx = 0;
+    if (f >= 0) {
+        H5Literate(f, H5_INDEX_NAME, H5_ITER_INC, &idx, hd_hold_cb, h);
+        H5Fclose(f);
+    }
+    __atomic_store_n(&h->left, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+typedef struct hd_lib_reader {
+    node *n;
+    volatile int done;
+    int rc;
+} hd_lib_reader;
+
+static void *hd_lib_reader_main(void *arg)
+{
+    hd_lib_reader *r = arg;
+    int64_t out[10];
+    dim_sel s = sl(100, 1, 10);
+    cellar_error err;
+    cellar_error_clear(&err);
+    r->rc = node_read(r->n, &s, out, sizeof out, &err);
+    __atomic_store_n(&r->done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/* While another thread sits inside libhdf5, a direct read completes; a
+ * read through libhdf5 waits for it. */
+void test_h5_direct_no_library_lock(void)
+{
+    char path[512];
+    hd_path(path, sizeof path, "lock.h5");
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hd_write_one(f, &hd_specs[6], 0); /* be1d: shuffle + deflate, big-endian */
+    hd_write_one(f, &hd_specs[0], 0); /* contig2d */
+    H5Fclose(f);
+    /* libhdf5's lock is one for all files: the holder iterates another. */
+    char other[512];
+    hd_path(other, sizeof other, "lock-other.h5");
+    f = H5Fcreate(other, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hd_write_one(f, &hd_specs[0], 0);
+    H5Fclose(f);
+    node *root = hd_open(path);
+    node *be = root ? hd_child(root, "be1d") : NULL, *ct = root ? hd_child(root, "contig2d") : NULL;
+    if (!be || !ct) {
+        node_tree_free(root);
+        return;
+    }
+    CHECK_EQ(h5_direct_kind(be), 1);
+    CHECK_EQ(h5_direct_kind(ct), 1);
+    hd_holder h = {.path = other};
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, hd_holder_main, &h), 0);
+    while (!__atomic_load_n(&h.inside, __ATOMIC_SEQ_CST) &&
+           !__atomic_load_n(&h.left, __ATOMIC_SEQ_CST))
+        usleep(1000);
+    CHECK_EQ(h.inside, 1);
+
+    int64_t out[10];
+    dim_sel s = sl(990, -97, 10);
+    CHECK_EQ(hd_read(be, 1, &s, out, sizeof out), 0);
+    CHECK_EQ(out[0], 990);
+    CHECK_EQ(out[9], 990 - 9 * 97);
+    int32_t c[6];
+    dim_sel s2[2] = {sl(36, -7, 3), sl(1, 20, 2)};
+    CHECK_EQ(hd_read(ct, 1, s2, c, sizeof c), 0);
+    CHECK(c[0] == 36001 && c[1] == 36021 && c[5] == 22021);
+    /* Both done while the other thread still holds libhdf5. */
+    CHECK_EQ(__atomic_load_n(&h.left, __ATOMIC_SEQ_CST), 0);
+
+    /* Through libhdf5 the same read has to wait. */
+    h5_set_direct_reads(0);
+    hd_lib_reader r = {.n = be};
+    pthread_t rt;
+    CHECK_EQ(pthread_create(&rt, NULL, hd_lib_reader_main, &r), 0);
+    usleep(200000);
+    CHECK_EQ(__atomic_load_n(&r.done, __ATOMIC_SEQ_CST), 0);
+    __atomic_store_n(&h.stop, 1, __ATOMIC_SEQ_CST);
+    pthread_join(th, NULL);
+    pthread_join(rt, NULL);
+    h5_set_direct_reads(1);
+    CHECK_EQ(r.rc, 0);
+    CHECK_EQ(r.done, 1);
+    node_tree_free(root);
+}
