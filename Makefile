@@ -40,7 +40,7 @@ PYTHON_FOR_VENV = $(shell sh tests/find_python.sh)
 VENV    := .venv
 PORT    ?= 8080
 
-.PHONY: all deps run test check unit pytest venv clean fuzz-replay
+.PHONY: all deps run test check unit pytest venv clean fuzz-replay bench
 all: $(BUILD)/cellar
 
 # Installs the Debian packages that are missing (needs root, as on CI).
@@ -130,6 +130,15 @@ else
 test: deps
 	$(MAKE) check
 endif
+
+# Benchmarks against the references (bench/, BENCHMARKS.md); never part of
+# `make test`.  A quick run by default (under 5 minutes); the full one is
+#   make bench BENCH_SCALE=1 BENCH_DURATION=15
+BENCH_SCALE    ?= 0.1
+BENCH_DURATION ?= 4
+bench: deps $(BUILD)/cellar
+	BENCH_SCALE=$(BENCH_SCALE) BENCH_DURATION=$(BENCH_DURATION) \
+	  CELLAR_BIN=$(abspath $(BUILD)/cellar) sh bench/run.sh
 
 clean:
 	rm -rf build build-san

@@ -660,7 +660,10 @@ http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape_nothing, NULL,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+        /* Bounds a request's URL and headers (long selections go in POST
+         * bodies); libmicrohttpd clears the pool between keep-alive
+         * requests, so a larger one costs CPU on every request. */
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)60,
         MHD_OPTION_END);
     if (!h->daemon) {
