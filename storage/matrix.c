@@ -626,11 +626,125 @@ done:
 
 /* ---- dense answers ---- */
 
+/* Entries stored more than once at the same (row, column) add up in a dense
+ * answer, as scipy's toarray() adds them: integers wrap around at their
+ * width, bools are or-ed, float16 sums are rounded to float16 at each step
+ * (numpy's float16 addition).  The answer starts zero-filled, so a single
+ * entry lands unchanged (but -0.0 becomes 0.0, as in scipy). */
+typedef void (*add_fn)(char *dst, const char *src);
+
+#define DEFINE_ADD(fname, T, U)                                                           \
+    static void fname(char *dst, const char *src)                                         \
+    {                                                                                     \
+        T a, b;                                                                           \
+        memcpy(&a, dst, sizeof a);                                                        \
+        memcpy(&b, src, sizeof b);                                                        \
+        a = (T)((U)a + (U)b);                                                             \
+        memcpy(dst, &a, sizeof a);                                                        \
+    }
+
+DEFINE_ADD(add_i8, int8_t, uint8_t)
+DEFINE_ADD(add_i16, int16_t, uint16_t)
+DEFINE_ADD(add_i32, int32_t, uint32_t)
+DEFINE_ADD(add_i64, int64_t, uint64_t)
+DEFINE_ADD(add_u8, uint8_t, uint8_t)
+DEFINE_ADD(add_u16, uint16_t, uint16_t)
+DEFINE_ADD(add_u32, uint32_t, uint32_t)
+DEFINE_ADD(add_u64, uint64_t, uint64_t)
+DEFINE_ADD(add_f32, float, float)
+DEFINE_ADD(add_f64, double, double)
+
+static void add_bool(char *dst, const char *src)
+{
+    *dst = (char)(*dst || *src);
+}
+
+/* IEEE binary16 <-> binary32 (round to nearest even, like numpy). */
+static float half_widen(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+    if (e == 0x1f) {
+        x = sign | 0x7f800000u | (m << 13);
+    } else if (e) {
+        x = sign | ((e + 112) << 23) | (m << 13);
+    } else if (!m) {
+        x = sign;
+    } else {
+        /* subnormal: normalize the mantissa */
+        e = 113;
+        while (!(m & 0x400u)) {
+            m <<= 1;
+            e--;
+        }
+        x = sign | (e << 23) | ((m & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+static uint16_t half_narrow(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t sign = (x >> 16) & 0x8000u, e = (x >> 23) & 0xffu, m = x & 0x7fffffu;
+    if (e == 0xff)
+        return (uint16_t)(sign | 0x7c00u | (m ? 0x200u | (m >> 13) : 0));
+    int32_t he = (int32_t)e - 127 + 15;
+    if (he >= 0x1f)
+        return (uint16_t)(sign | 0x7c00u);
+    uint32_t shift, base;
+    if (he <= 0) {
+        if (he < -10)
+            return (uint16_t)sign;
+        m |= 0x800000u;
+        shift = (uint32_t)(14 - he);
+        base = sign;
+    } else {
+        shift = 13;
+        base = sign | ((uint32_t)he << 10);
+    }
+    uint32_t hm = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    uint32_t h = base + hm; /* a carry out of the mantissa moves into the exponent */
+    if (rem > half || (rem == half && (hm & 1)))
+        h++;
+    return (uint16_t)h;
+}
+
+static void add_f16(char *dst, const char *src)
+{
+    uint16_t a, b;
+    memcpy(&a, dst, sizeof a);
+    memcpy(&b, src, sizeof b);
+    a = half_narrow(half_widen(a) + half_widen(b));
+    memcpy(dst, &a, sizeof a);
+}
+
+static add_fn add_for(dtype_kind dt)
+{
+    switch (dt) {
+    case DT_BOOL: return add_bool;
+    case DT_INT8: return add_i8;
+    case DT_INT16: return add_i16;
+    case DT_INT32: return add_i32;
+    case DT_INT64: return add_i64;
+    case DT_UINT8: return add_u8;
+    case DT_UINT16: return add_u16;
+    case DT_UINT32: return add_u32;
+    case DT_UINT64: return add_u64;
+    case DT_FLOAT16: return add_f16;
+    case DT_FLOAT32: return add_f32;
+    case DT_FLOAT64: return add_f64;
+    default: return NULL;
+    }
+}
+
 typedef struct dense_sink {
     char *out;
     size_t es;
     int64_t n_cols;
     int transposed;
+    add_fn add;
 } dense_sink;
 
 static int dense_emit(void *ctx, int64_t out_major, int64_t out_minor, const char *value)
@@ -638,7 +752,7 @@ static int dense_emit(void *ctx, int64_t out_major, int64_t out_minor, const cha
     dense_sink *d = ctx;
     int64_t r = d->transposed ? out_minor : out_major;
     int64_t c = d->transposed ? out_major : out_minor;
-    memcpy(d->out + ((size_t)r * (size_t)d->n_cols + (size_t)c) * d->es, value, d->es);
+    d->add(d->out + ((size_t)r * (size_t)d->n_cols + (size_t)c) * d->es, value);
     return 0;
 }
 
@@ -656,6 +770,10 @@ int matrix_read_dense(const matrix *m, const dim_sel *rows, const dim_sel *cols,
         dim_sel sel[2] = {*rows, *cols};
         return node_read(m->element, sel, out, out_bytes, err);
     }
+    add_fn add = add_for(m->dtype);
+    if (!add)
+        return cellar_fail(err, CELLAR_EFORMAT, "sparse matrix '%s' holds %s values, not numbers",
+                           node_path(m->element), dtype_name(m->dtype));
     memset(out, 0, out_bytes);
     plan p;
     plan_make(&p, m, rows, cols, ci);
@@ -663,7 +781,7 @@ int matrix_read_dense(const matrix *m, const dim_sel *rows, const dim_sel *cols,
     int rc = axis_map_init(&minor, p.minor_sel, p.n_minor, err);
     if (rc)
         return rc;
-    dense_sink d = {out, es, cols->count, p.transposed};
+    dense_sink d = {out, es, cols->count, p.transposed, add};
     rc = engine_run(&p.src, p.major, &minor, dense_emit, &d, err);
     axis_map_free(&minor);
     return rc;

@@ -61,7 +61,9 @@ int matrix_open(node *n, matrix *out, cellar_error *err);
  * of them read from `indptr` only (never from indices or data): exact when
  * the selection along the minor axis is everything, else bounded by the
  * major ranges and by rows x cols; with a column index and a CSR matrix the
- * selected columns' counts bound it too.  Dense matrices: rows x cols.
+ * selected columns' counts bound it too (a matrix holding duplicate
+ * entries may exceed the rows x cols part of the bound: matrix_read_csr's
+ * max_nnz still stops such a read).  Dense matrices: rows x cols.
  * Errors: CELLAR_EFORMAT for a broken indptr. */
 int matrix_count_nnz(const matrix *m, const dim_sel *rows, const dim_sel *cols,
                      const struct column_index *ci, uint64_t *nnz, cellar_error *err);
@@ -69,7 +71,10 @@ int matrix_count_nnz(const matrix *m, const dim_sel *rows, const dim_sel *cols,
 /* Reads the selection as a dense C-order array of rows->count x
  * cols->count values of m->dtype into out (out_bytes must equal that size;
  * sparse sources are zero-filled first; a 1-D array takes cols =
- * dim_sel_range(0, 1)).  ci: a ready column index of this matrix, or NULL.
+ * dim_sel_range(0, 1)).  Sparse entries stored more than once at one
+ * (row, column) are summed, as scipy's toarray() does (integers wrap at
+ * their width, bools are or-ed, float16 is rounded at each addition).
+ * ci: a ready column index of this matrix, or NULL.
  * Errors: CELLAR_EFORMAT for broken sparse structure (indices out of range,
  * indptr not monotonic), backend read errors. */
 int matrix_read_dense(const matrix *m, const dim_sel *rows, const dim_sel *cols,
@@ -77,7 +82,9 @@ int matrix_read_dense(const matrix *m, const dim_sel *rows, const dim_sel *cols,
                       cellar_error *err);
 
 /* A CSR answer: rows x cols of the selection, entries of each row in
- * ascending output column order. */
+ * ascending output column order.  Entries stored more than once at one
+ * (row, column) are kept apart, in their stored order, as scipy's indexing
+ * (X[rows], X[:, cols]) keeps them; nnz may then exceed rows x cols. */
 typedef struct matrix_csr {
     int64_t n_rows, n_cols;
     int64_t nnz;

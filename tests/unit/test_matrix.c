@@ -347,3 +347,106 @@ void test_column_index_file(void)
     free(ref2);
     node_tree_free(root);
 }
+
+/* A 2 x 3 CSR group whose row 0 holds column 1 three times and column 0
+ * once, row 1 column 2 twice: values v[0..5] of dtype dt in that order. */
+static node *dup_group(node *root, const char *name, dtype_kind dt, const void *v)
+{
+    node *g = mem_attrs(mem_enc(mem_group(root, name), "csr_matrix", "0.1.0"),
+                        "{\"shape\": [2, 3]}");
+    mem_array1(g, "data", dt, 6, v);
+    mem_array1(g, "indices", DT_INT32, 6, (int32_t[]){1, 0, 1, 1, 2, 2});
+    mem_array1(g, "indptr", DT_INT32, 3, (int32_t[]){0, 4, 6});
+    return g;
+}
+
+/* Entries stored twice at one (row, column): dense answers add them (as
+ * scipy's toarray), CSR answers keep them apart in stored order. */
+void test_matrix_duplicates(void)
+{
+    node *root = mem_root();
+    matrix m;
+    cellar_error err;
+    cellar_error_clear(&err);
+    dim_sel r = dim_sel_range(0, 2), c = dim_sel_range(0, 3);
+
+    CHECK_EQ(matrix_open(dup_group(root, "f32", DT_FLOAT32,
+                                   (float[]){1.5f, -2, 10, 100, 0.25f, 0.5f}), &m, &err), 0);
+    float f[6];
+    CHECK_EQ(matrix_read_dense(&m, &r, &c, NULL, f, sizeof f, &err), 0);
+    CHECK(f[0] == -2 && f[1] == 111.5f && f[2] == 0);
+    CHECK(f[3] == 0 && f[4] == 0 && f[5] == 0.75f);
+    /* A list selection repeating a column and a row, and a CSC twin. */
+    static const int64_t cl[] = {1, 2, 1}, rl[] = {1, 0, 1};
+    dim_sel cs = {0, 1, 3, cl}, rs = {0, 1, 3, rl};
+    float g[9];
+    CHECK_EQ(matrix_read_dense(&m, &rs, &cs, NULL, g, sizeof g, &err), 0);
+    CHECK(g[0] == 0 && g[1] == 0.75f && g[2] == 0);
+    CHECK(g[3] == 111.5f && g[4] == 0 && g[5] == 111.5f);
+    CHECK(g[6] == 0 && g[7] == 0.75f && g[8] == 0);
+
+    /* The CSR answer keeps the four entries of row 0, column 0 first, then
+     * column 1's three in stored order. */
+    arena *a = arena_new();
+    matrix_csr csr;
+    CHECK_EQ(matrix_read_csr(&m, &r, &c, NULL, 0, a, &csr, &err), 0);
+    CHECK_EQ(csr.nnz, 6);
+    CHECK_EQ(csr.indptr[1], 4);
+    CHECK_EQ(csr.indptr[2], 6);
+    static const int64_t want_idx[] = {0, 1, 1, 1, 2, 2};
+    static const float want_val[] = {-2, 1.5f, 10, 100, 0.25f, 0.5f};
+    for (int i = 0; i < 6; i++) {
+        CHECK_EQ(csr.indices[i], want_idx[i]);
+        CHECK(((const float *)csr.data)[i] == want_val[i]);
+    }
+    /* The same through a column index. */
+    column_index *ci = NULL;
+    CHECK_EQ(column_index_build(&m, NULL, &ci, &err), 0);
+    dim_sel c1 = dim_sel_range(1, 1);
+    float h[2];
+    CHECK_EQ(matrix_read_dense(&m, &r, &c1, ci, h, sizeof h, &err), 0);
+    CHECK(h[0] == 111.5f && h[1] == 0);
+    CHECK_EQ(matrix_read_csr(&m, &r, &c1, ci, 0, a, &csr, &err), 0);
+    CHECK_EQ(csr.nnz, 3);
+    CHECK(((const float *)csr.data)[0] == 1.5f && ((const float *)csr.data)[2] == 100);
+    column_index_free(ci);
+
+    /* Integers wrap at their width, as numpy's do. */
+    CHECK_EQ(matrix_open(dup_group(root, "i8", DT_INT8, (int8_t[]){100, 7, 100, -3, 127, 1}),
+                         &m, &err), 0);
+    int8_t i8[6];
+    CHECK_EQ(matrix_read_dense(&m, &r, &c, NULL, i8, sizeof i8, &err), 0);
+    CHECK_EQ(i8[0], 7);
+    CHECK_EQ(i8[1], -59);  /* 197 wraps to -59 */
+    CHECK_EQ(i8[5], -128);
+    CHECK_EQ(matrix_open(dup_group(root, "u64", DT_UINT64,
+                                   (uint64_t[]){UINT64_MAX, 1, 2, 0, 5, 6}), &m, &err), 0);
+    uint64_t u64[6];
+    CHECK_EQ(matrix_read_dense(&m, &r, &c, NULL, u64, sizeof u64, &err), 0);
+    CHECK_EQ(u64[1], 1);
+    CHECK_EQ(u64[5], 11);
+    /* Bools are or-ed. */
+    CHECK_EQ(matrix_open(dup_group(root, "b", DT_BOOL, (uint8_t[]){1, 0, 1, 0, 0, 0}), &m,
+                         &err), 0);
+    uint8_t b[6];
+    CHECK_EQ(matrix_read_dense(&m, &r, &c, NULL, b, sizeof b, &err), 0);
+    CHECK(b[0] == 0 && b[1] == 1 && b[5] == 0);
+    /* float16 rounds at each step: 2048 + 1 is 2048 (ties to even), + 2
+     * is 2050; 0.5 + 0.25 = 0.75; 65504 + 65504 overflows to inf. */
+    CHECK_EQ(matrix_open(dup_group(root, "f16", DT_FLOAT16,
+                                   (uint16_t[]){0x6800, 0x3c00, 0x3c00, 0x4000, 0x7bff, 0x7bff}),
+                         &m, &err), 0);
+    uint16_t hh[6];
+    CHECK_EQ(matrix_read_dense(&m, &r, &c, NULL, hh, sizeof hh, &err), 0);
+    CHECK_EQ(hh[0], 0x3c00);  /* 1.0, stored once */
+    CHECK_EQ(hh[1], 0x6801);  /* 2048 + 1 -> 2048, + 2 -> 2050 */
+    CHECK_EQ(hh[5], 0x7c00);  /* inf */
+    CHECK_EQ(matrix_open(dup_group(root, "f16b", DT_FLOAT16,
+                                   (uint16_t[]){0x3800, 0, 0x3400, 0x0001, 0x0001, 0x0001}),
+                         &m, &err), 0);
+    CHECK_EQ(matrix_read_dense(&m, &r, &c, NULL, hh, sizeof hh, &err), 0);
+    CHECK_EQ(hh[1], 0x3a00);  /* 0.5 + 0.25 + 2^-24 -> 0.75 */
+    CHECK_EQ(hh[5], 0x0002);  /* subnormals add exactly */
+    arena_free(a);
+    node_tree_free(root);
+}
