@@ -22,7 +22,9 @@
  * bytes or not well-formed is ignored the same way.  If-Range is honoured.
  *
  * A v2 store without .zmetadata is answered `.zmetadata` with consolidated
- * metadata built from its per-node files (zarr_build_consolidated), cached
+ * metadata built from its per-node files (zarr_build_consolidated), and the
+ * root zarr.json of a v3 store without consolidated metadata is answered
+ * with it inlined (zarr_build_consolidated_v3); both are cached
  * per store version, so clients do not probe key by key. */
 #include <errno.h>
 #include <fcntl.h>
@@ -335,6 +337,7 @@ typedef struct built_doc {
     size_t len;
 } built_doc;
 
+/* Builds .zmetadata for a v2 store; the store directory is ctx. */
 static int build_zmetadata(void *ctx, void **value, size_t *bytes, cellar_error *err)
 {
     built_doc *doc = calloc(1, sizeof *doc);
@@ -350,6 +353,26 @@ static int build_zmetadata(void *ctx, void **value, size_t *bytes, cellar_error 
     return 0;
 }
 
+/* Builds the root zarr.json of a v3 store with consolidated metadata
+ * inlined; text stays NULL when the store has its own (serve the file). */
+static int build_zarr_json(void *ctx, void **value, size_t *bytes, cellar_error *err)
+{
+    built_doc *doc = calloc(1, sizeof *doc);
+    if (!doc)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    cellar_error inner;
+    cellar_error_clear(&inner);
+    int rc = zarr_build_consolidated_v3(ctx, &doc->text, &doc->len, &inner);
+    if (rc && rc != CELLAR_ENOTFOUND) {
+        free(doc);
+        *err = inner;
+        return rc;
+    }
+    *value = doc;
+    *bytes = sizeof *doc + doc->len;
+    return 0;
+}
+
 static void free_zmetadata(void *value)
 {
     built_doc *doc = value;
@@ -358,22 +381,30 @@ static void free_zmetadata(void *value)
     free(doc);
 }
 
-static int serve_built_zmetadata(api_request *req, api_response *res, cellar_error *err)
+/* The consolidated document built for this store version (cached), or
+ * NULL text when there is nothing to build. */
+static int built_doc_get(store *s, int v3, const built_doc **out, cellar_error *err)
+{
+    void *value = NULL;
+    int rc = store_derived(s, v3 ? "zarr-raw:zarr.json" : "zarr-raw:.zmetadata",
+                           v3 ? build_zarr_json : build_zmetadata, (void *)store_path(s),
+                           free_zmetadata, &value, err);
+    *out = value;
+    return rc;
+}
+
+static int serve_built_doc(api_request *req, api_response *res, const built_doc *doc,
+                           const char *suffix, cellar_error *err)
 {
     store *s = req->store;
-    void *value = NULL;
-    int rc = store_derived(s, "zarr-raw:.zmetadata", build_zmetadata, (void *)store_path(s),
-                           free_zmetadata, &value, err);
-    if (rc)
-        return rc;
-    const built_doc *doc = value;
+    int rc = 0;
     const char *tag = store_etag(s);
     size_t tl = strlen(tag);
-    char *etag = arena_alloc(req->arena, tl + 16);
+    char *etag = arena_alloc(req->arena, tl + strlen(suffix) + 4);
     if (!etag || tl < 2)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
     memcpy(etag, tag, tl - 1);
-    strcpy(etag + tl - 1, "-zmetadata\"");
+    sprintf(etag + tl - 1, "-%s\"", suffix);
     validators v = {etag, store_mtime(s)};
     uint64_t first = 0, len = 0;
     rc = answer_span(req, res, &v, doc->len, &first, &len, err);
@@ -475,9 +506,25 @@ int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
     struct stat st;
     int missing = 0;
     int fd = open_key(req->arena, store_path(s), key, &st, &missing);
+    const built_doc *built = NULL;
     if (fd < 0 && missing && !strcmp(key, ".zmetadata") &&
-        zarr_store_version(store_path(s)) == 2)
-        return serve_built_zmetadata(req, res, err);
+        zarr_store_version(store_path(s)) == 2) {
+        rc = built_doc_get(s, 0, &built, err);
+        return rc ? rc : serve_built_doc(req, res, built, "zmetadata", err);
+    }
+    /* A v3 store without consolidated metadata: its root zarr.json is
+     * answered with every node's document inlined. */
+    if (fd >= 0 && !strcmp(key, "zarr.json")) {
+        rc = built_doc_get(s, 1, &built, err);
+        if (rc) {
+            close(fd);
+            return rc;
+        }
+        if (built->text) {
+            close(fd);
+            return serve_built_doc(req, res, built, "consolidated", err);
+        }
+    }
     if (fd == CELLAR_EIO)
         return cellar_fail(err, CELLAR_EIO, "cannot open key '%.300s' of '%.300s'", key, name);
     if (fd < 0)

@@ -636,3 +636,100 @@ done:
     json_decref(doc);
     return rc;
 }
+
+/* An empty inline consolidated_metadata block, as zarr-python writes on
+ * every group. */
+static json_t *empty_inline_block(void)
+{
+    return json_pack("{s:s, s:b, s:{}}", "kind", "inline", "must_understand", 0, "metadata");
+}
+
+/* Adds the v3 document of rel and, for a group, of everything below it to md
+ * under flattened relative paths ("obs", "obs/_index", ...). */
+static int consolidate_node_v3(const char *dir, const char *rel, int depth, json_t *md,
+                               cellar_error *err)
+{
+    json_t *doc = NULL;
+    int missing = 0;
+    int rc = load_json(dir, rel, "zarr.json", &doc, &missing, err);
+    if (rc || missing)
+        return rc;
+    const char *type = json_string_value(json_object_get(doc, "node_type"));
+    int is_group = type && strcmp(type, "group") == 0;
+    if (rel[0]) {
+        if (is_group && json_object_set_new(doc, "consolidated_metadata", empty_inline_block()))
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+        if (!rc && json_object_set(md, rel, doc))
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+    }
+    json_decref(doc);
+    if (rc || !is_group)
+        return rc;
+    if (depth >= ZARR_MAX_DEPTH)
+        return cellar_fail(err, CELLAR_EFORMAT, "'%s' nests groups too deeply", dir);
+    char *path = rel[0] ? join_path(dir, rel) : strdup(dir);
+    DIR *d = path ? opendir(path) : NULL;
+    free(path);
+    if (!d)
+        return cellar_fail(err, CELLAR_EIO, "cannot list '/%s' in '%s'", rel, dir);
+    struct dirent *e;
+    while (!rc && (e = readdir(d))) {
+        if (!valid_name(e->d_name))
+            continue;
+        char *crel = rel[0] ? join_path(rel, e->d_name) : strdup(e->d_name);
+        if (!crel) {
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+            break;
+        }
+        if (file_exists(dir, crel, "zarr.json"))
+            rc = consolidate_node_v3(dir, crel, depth + 1, md, err);
+        free(crel);
+    }
+    closedir(d);
+    return rc;
+}
+
+int zarr_build_consolidated_v3(const char *dir, char **json_text, size_t *len,
+                               cellar_error *err)
+{
+    *json_text = NULL;
+    *len = 0;
+    json_t *root = NULL, *md = json_object();
+    int missing = 0;
+    int rc = load_json(dir, "", "zarr.json", &root, &missing, err);
+    if (rc)
+        goto done;
+    if (missing) {
+        rc = cellar_fail(err, CELLAR_EFORMAT, "'%s' is not a zarr v3 store", dir);
+        goto done;
+    }
+    const char *type = json_string_value(json_object_get(root, "node_type"));
+    if (!type || strcmp(type, "group") != 0 || json_object_get(root, "consolidated_metadata")) {
+        rc = cellar_fail(err, CELLAR_ENOTFOUND,
+                         "'%s' has consolidated metadata already, or is not a group", dir);
+        goto done;
+    }
+    if (!md) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+        goto done;
+    }
+    rc = consolidate_node_v3(dir, "", 0, md, err);
+    if (rc)
+        goto done;
+    json_t *block = empty_inline_block();
+    if (!block || json_object_set(block, "metadata", md) ||
+        json_object_set_new(root, "consolidated_metadata", block)) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+        goto done;
+    }
+    *json_text = json_dumps(root, JSON_INDENT(2));
+    if (!*json_text) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+        goto done;
+    }
+    *len = strlen(*json_text);
+done:
+    json_decref(md);
+    json_decref(root);
+    return rc;
+}

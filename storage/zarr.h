@@ -41,4 +41,15 @@ int zarr_store_version(const char *dir);
  * CELLAR_EIO, CELLAR_ENOMEM. */
 int zarr_build_consolidated(const char *dir, char **json_text, size_t *len, cellar_error *err);
 
+/* Builds the text of the root zarr.json of a v3 store whose root group has no
+ * consolidated metadata: the root document with every node's document inlined
+ * under "consolidated_metadata" as zarr-python writes it (flattened relative
+ * paths; child groups carry an empty inline block), so clients that cannot
+ * list directories over HTTP see the whole hierarchy.  *json_text is malloc'd
+ * and NUL-terminated.  Errors: CELLAR_ENOTFOUND when the root already has
+ * consolidated metadata or is an array (serve the file as it is),
+ * CELLAR_EFORMAT, CELLAR_EIO, CELLAR_ENOMEM. */
+int zarr_build_consolidated_v3(const char *dir, char **json_text, size_t *len,
+                               cellar_error *err);
+
 #endif

@@ -520,6 +520,35 @@ def test_no_zmetadata_for_v3(zserver):
     assert_problem(zserver.get(raw(Z.V3_SHARDED, ".zmetadata")), 404)
 
 
+@pytest.mark.parametrize("store", [Z.V3_UNCONSOLIDATED, "mu_v3.zarr", "td_v3.zarr"])
+def test_built_v3_consolidated_zarr_json(zserver, zroot, store):
+    """The root zarr.json of a v3 store without consolidated metadata is
+    answered with it inlined, equal to what zarr.consolidate_metadata writes;
+    nothing is written into the store, and a consolidated store's zarr.json
+    is served byte for byte."""
+    import zarr
+    on_disk = (zroot / store / "zarr.json").read_bytes()
+    assert json.loads(on_disk).get("consolidated_metadata") is None
+    r = zserver.get(raw(store, "zarr.json"))
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"] == "application/json"
+    got = r.json()
+    copy = zroot.parent / ("consolidated-" + store)
+    if not copy.exists():
+        shutil.copytree(zroot / store, copy)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            zarr.consolidate_metadata(str(copy))
+    exp = json.loads((copy / "zarr.json").read_text())
+    assert _canon(got) == _canon(exp)
+    assert (zroot / store / "zarr.json").read_bytes() == on_disk
+    etag = r.headers["ETag"]
+    assert zserver.get(raw(store, "zarr.json"), _headers={"If-None-Match": etag}).status_code == 304
+    # a store that has consolidated metadata: the file as stored
+    plain = zserver.get(raw(Z.V3_SHARDED, "zarr.json"))
+    assert plain.content == (zroot / Z.V3_SHARDED / "zarr.json").read_bytes()
+
+
 # ------------------------------------------------------------ real clients
 def _remote(zserver, store: str) -> str:
     return zserver.base + store_path(store) + "/zarr"
@@ -533,24 +562,18 @@ def _server_log_since(zserver, offset: int) -> list[str]:
                                    "ad_v2_lz4.zarr", "ad_v3_sharded_blosc.zarr", "mu_v3.zarr",
                                    "td_v3.zarr", Z.V3_UNCONSOLIDATED])
 def test_zarr_python_reads_every_array_over_http(zserver, zroot, store):
-    """zarr-python opens the store by its URL (fsspec HTTP) and reads every
-    array equal to the local read.  HTTP has no directory listing: a v2
-    store is listed through .zmetadata (built by cellar where the store has
-    none); a v3 store without consolidated metadata in its root zarr.json
-    cannot be listed remotely, so its arrays are opened by path."""
+    """zarr-python opens the store by its URL (fsspec HTTP), lists it and
+    reads every array equal to the local read.  HTTP has no directory
+    listing: a v2 store is listed through .zmetadata and a v3 store through
+    the consolidated metadata of its root zarr.json, which cellar builds
+    where the store has none."""
     import zarr
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         remote = zarr.open_group(_remote(zserver, store), mode="r")
         here = Z.arrays(zroot / store)
-        root_meta = (zroot / store / "zarr.json")
-        listable = not root_meta.exists() or \
-            json.loads(root_meta.read_text()).get("consolidated_metadata") is not None
-        if listable:
-            there = Z.arrays(remote)
-            assert sorted(there) == sorted(here)
-        else:
-            there = {p: remote[p] for p in here}
+        there = Z.arrays(remote)
+        assert sorted(there) == sorted(here)
         for path, arr in here.items():
             exp = np.asarray(arr[...])
             got = np.asarray(there[path][...])
