@@ -562,6 +562,43 @@ int zarr_open(const char *dir, node **root, cellar_error *err)
 
 /* Adds rel's .zgroup/.zarray/.zattrs to md and recurses into groups. */
 static int consolidate_node(const char *dir, const char *rel, int depth, json_t *md,
+                            cellar_error *err);
+static int consolidate_node_v3(const char *dir, const char *rel, int depth, json_t *md,
+                               cellar_error *err);
+
+/* Consolidates every child node of the group rel (zarr format 2 or 3) into md. */
+static int consolidate_children(const char *dir, const char *rel, int depth, int format,
+                                json_t *md, cellar_error *err)
+{
+    if (depth >= ZARR_MAX_DEPTH)
+        return cellar_fail(err, CELLAR_EFORMAT, "'%s' nests groups too deeply", dir);
+    char *path = rel[0] ? join_path(dir, rel) : strdup(dir);
+    DIR *d = path ? opendir(path) : NULL;
+    free(path);
+    if (!d)
+        return cellar_fail(err, CELLAR_EIO, "cannot list '/%s' in '%s'", rel, dir);
+    int rc = 0;
+    struct dirent *e;
+    while (!rc && (e = readdir(d))) {
+        if (!valid_name(e->d_name))
+            continue;
+        char *crel = rel[0] ? join_path(rel, e->d_name) : strdup(e->d_name);
+        if (!crel) {
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+            break;
+        }
+        if (format == 3 && file_exists(dir, crel, "zarr.json"))
+            rc = consolidate_node_v3(dir, crel, depth + 1, md, err);
+        else if (format == 2 &&
+                 (file_exists(dir, crel, ".zgroup") || file_exists(dir, crel, ".zarray")))
+            rc = consolidate_node(dir, crel, depth + 1, md, err);
+        free(crel);
+    }
+    closedir(d);
+    return rc;
+}
+
+static int consolidate_node(const char *dir, const char *rel, int depth, json_t *md,
                             cellar_error *err)
 {
     static const char *files[] = {".zgroup", ".zarray", ".zattrs"};
@@ -582,28 +619,7 @@ static int consolidate_node(const char *dir, const char *rel, int depth, json_t 
     }
     if (!is_group)
         return 0;
-    if (depth >= ZARR_MAX_DEPTH)
-        return cellar_fail(err, CELLAR_EFORMAT, "'%s' nests groups too deeply", dir);
-    char *path = join_path(dir, rel);
-    DIR *d = path ? opendir(path) : NULL;
-    free(path);
-    if (!d)
-        return cellar_fail(err, CELLAR_EIO, "cannot list '/%s' in '%s'", rel, dir);
-    struct dirent *e;
-    while (!rc && (e = readdir(d))) {
-        if (!valid_name(e->d_name))
-            continue;
-        char *crel = rel[0] ? join_path(rel, e->d_name) : strdup(e->d_name);
-        if (!crel) {
-            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
-            break;
-        }
-        if (file_exists(dir, crel, ".zgroup") || file_exists(dir, crel, ".zarray"))
-            rc = consolidate_node(dir, crel, depth + 1, md, err);
-        free(crel);
-    }
-    closedir(d);
-    return rc;
+    return consolidate_children(dir, rel, depth, 2, md, err);
 }
 
 int zarr_build_consolidated(const char *dir, char **json_text, size_t *len, cellar_error *err)
@@ -665,28 +681,7 @@ static int consolidate_node_v3(const char *dir, const char *rel, int depth, json
     json_decref(doc);
     if (rc || !is_group)
         return rc;
-    if (depth >= ZARR_MAX_DEPTH)
-        return cellar_fail(err, CELLAR_EFORMAT, "'%s' nests groups too deeply", dir);
-    char *path = rel[0] ? join_path(dir, rel) : strdup(dir);
-    DIR *d = path ? opendir(path) : NULL;
-    free(path);
-    if (!d)
-        return cellar_fail(err, CELLAR_EIO, "cannot list '/%s' in '%s'", rel, dir);
-    struct dirent *e;
-    while (!rc && (e = readdir(d))) {
-        if (!valid_name(e->d_name))
-            continue;
-        char *crel = rel[0] ? join_path(rel, e->d_name) : strdup(e->d_name);
-        if (!crel) {
-            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
-            break;
-        }
-        if (file_exists(dir, crel, "zarr.json"))
-            rc = consolidate_node_v3(dir, crel, depth + 1, md, err);
-        free(crel);
-    }
-    closedir(d);
-    return rc;
+    return consolidate_children(dir, rel, depth, 3, md, err);
 }
 
 int zarr_build_consolidated_v3(const char *dir, char **json_text, size_t *len,
