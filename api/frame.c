@@ -1,9 +1,11 @@
-/* Data frame routes: {ad}/obs, {ad}/var (and raw/var), their schemas. */
+/* Data frame routes: {ad}/obs, {ad}/var (and raw/var), their schemas, and
+ * the data frames of {ad}/obsm/{key} and {ad}/varm/{key} (api/frame.h). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "api/csv_out.h"
+#include "api/frame.h"
 #include "api/handlers.h"
 #include "api/json_out.h"
 #include "storage/anndata.h"
@@ -53,30 +55,43 @@ static const char *pandas_dtype(const frame_column *c)
     }
 }
 
-/* The frame group {ad}/obs or {ad}/var, opened. */
-static int open_frame(api_request *req, frame_req *fr, cellar_error *err)
+/* The frame group {ad}/obs or {ad}/var of the route, and its name for
+ * messages. */
+static int locate_obs_var(api_request *req, node **group, const char **what, cellar_error *err)
 {
     const char *el = req->element;
     if (!el || (strcmp(el, "obs") != 0 && strcmp(el, "var") != 0))
         return cellar_fail(err, CELLAR_ENOTFOUND, "no data frame '%s'", el ? el : "");
-    fr->what = req->raw ? (strcmp(el, "obs") == 0 ? "raw/obs" : "raw/var") : el;
+    *what = req->raw ? (strcmp(el, "obs") == 0 ? "raw/obs" : "raw/var") : el;
     if (req->mod)
-        fr->what = arena_printf(req->arena, "%s of modality '%s'", fr->what, req->mod);
-    if (!fr->what)
+        *what = arena_printf(req->arena, "%s of modality '%s'", *what, req->mod);
+    if (!*what)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
     node *g;
     int rc = api_ad_group(req, &g, err);
     if (rc)
         return rc;
-    node *fg = node_child_opt(g, el);
-    if (!fg) {
+    *group = node_child_opt(g, el);
+    if (!*group) {
         if (req->raw && strcmp(el, "obs") == 0)
             return cellar_fail(err, CELLAR_ENOTFOUND,
                                "raw has no obs (raw shares obs with its AnnData): use obs");
         return cellar_fail(err, CELLAR_ENOTFOUND, "store '%s' has no %s", req->store_name,
-                           fr->what);
+                           *what);
     }
-    return frame_open(fg, req->arena, &fr->f, err);
+    return 0;
+}
+
+/* Opens the frame: the given group (an obsm/varm data frame), else the
+ * route's obs or var. */
+static int open_frame(api_request *req, frame_req *fr, node *group, const char *what,
+                      cellar_error *err)
+{
+    fr->what = what;
+    int rc = group ? 0 : locate_obs_var(req, &group, &fr->what, err);
+    if (rc)
+        return rc;
+    return frame_open(group, req->arena, &fr->f, err);
 }
 
 static int parse_rows(api_request *req, frame_req *fr, const char *names_param,
@@ -480,10 +495,11 @@ static int write_binary(api_request *req, api_response *res, frame_req *fr, dtyp
     return 0;
 }
 
-int api_frame(api_request *req, api_response *res, cellar_error *err)
+/* Every data frame answer: obs, var, raw/var (group NULL: found from the
+ * route) and obsm/varm data frames (group and what given). */
+static int frame_answer(api_request *req, api_response *res, node *group, const char *what,
+                        const char *names_param, cellar_error *err)
 {
-    const char *names_param =
-        req->element && strcmp(req->element, "var") == 0 ? "var_names" : "obs_names";
     const char *const allowed[] = {"rows", names_param, "columns", "categorical", NULL};
     frame_req fr;
     memset(&fr, 0, sizeof fr);
@@ -494,7 +510,7 @@ int api_frame(api_request *req, api_response *res, cellar_error *err)
     if (!rc)
         rc = parse_categorical(req, &fr, err);
     if (!rc)
-        rc = open_frame(req, &fr, err);
+        rc = open_frame(req, &fr, group, what, err);
     if (!rc)
         rc = parse_columns(req, &fr, err);
     if (!rc && (fr.fmt == FORMAT_BIN || fr.fmt == FORMAT_NPY))
@@ -514,6 +530,19 @@ int api_frame(api_request *req, api_response *res, cellar_error *err)
     case FORMAT_NPY: return write_binary(req, res, &fr, bin_dt, err);
     default: return write_json(req, res, &fr, err);
     }
+}
+
+int api_frame(api_request *req, api_response *res, cellar_error *err)
+{
+    const char *names_param =
+        req->element && strcmp(req->element, "var") == 0 ? "var_names" : "obs_names";
+    return frame_answer(req, res, NULL, NULL, names_param, err);
+}
+
+int api_frame_group(api_request *req, api_response *res, node *group, const char *what,
+                    const char *names_param, cellar_error *err)
+{
+    return frame_answer(req, res, group, what, names_param, err);
 }
 
 /* ---- schema ---- */
@@ -559,7 +588,7 @@ int api_frame_schema(api_request *req, api_response *res, cellar_error *err)
     if (!rc)
         rc = api_negotiate_format(req, 1u << FORMAT_JSON, &fr.fmt, err);
     if (!rc)
-        rc = open_frame(req, &fr, err);
+        rc = open_frame(req, &fr, NULL, NULL, err);
     if (rc)
         return rc;
     json_out j;

@@ -1,11 +1,13 @@
 /* Matrix routes: {ad}/X, {ad}/layers/{name}, {ad}/obsm/{key}, {ad}/varm/{key},
- * {ad}/obsp/{key}, {ad}/varp/{key} (and raw/X, raw/varm/{key}). */
+ * {ad}/obsp/{key}, {ad}/varp/{key} (and raw/X, raw/varm/{key}).  A data
+ * frame in obsm/varm is answered by api/frame.c (api/frame.h). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/csv_out.h"
+#include "api/frame.h"
 #include "api/handlers.h"
 #include "api/json_out.h"
 #include "storage/anndata.h"
@@ -99,6 +101,54 @@ static int element_axes(const char *el, matrix_req *mr)
     return -1;
 }
 
+/* "raw/obsm/X_umap of modality 'rna'" (NULL when out of memory). */
+static const char *element_what(api_request *req)
+{
+    const char *prefix = req->raw ? "raw/" : "";
+    const char *el = req->element ? req->element : "";
+    const char *what = req->key ? arena_printf(req->arena, "%s%s/%s", prefix, el, req->key)
+                                : arena_printf(req->arena, "%s%s", prefix, el);
+    if (what && req->mod)
+        what = arena_printf(req->arena, "%s of modality '%s'", what, req->mod);
+    return what;
+}
+
+/* The element el (/key) of an AnnData group, or NULL. */
+static node *element_node(node *ad, const char *el, const char *key)
+{
+    node *n = node_child_opt(ad, el);
+    if (n && key)
+        n = node_get_info(n)->type == NODE_GROUP ? node_child_opt(n, key) : NULL;
+    return n;
+}
+
+/* A data frame in obsm/varm: answered by the data frame code, exactly as
+ * {ad}/obs is (parameters, shapes, bounds).  *served says whether it was;
+ * when the element is not a data frame (or cannot be found) the matrix
+ * path runs and reports what is wrong. */
+static int serve_dataframe(api_request *req, api_response *res, int *served, cellar_error *err)
+{
+    *served = 0;
+    const char *el = req->element;
+    if (!el || !req->key || (strcmp(el, "obsm") != 0 && strcmp(el, "varm") != 0))
+        return 0;
+    cellar_error probe;
+    cellar_error_clear(&probe);
+    node *ad;
+    if (api_ad_group(req, &ad, &probe))
+        return 0;
+    node *n = element_node(ad, el, req->key);
+    const char *enc = n ? element_encoding(n) : NULL;
+    if (!enc || strcmp(enc, "dataframe") != 0 || node_get_info(n)->type != NODE_GROUP)
+        return 0;
+    const char *what = element_what(req);
+    if (!what)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    *served = 1;
+    return api_frame_group(req, res, n, what,
+                           strcmp(el, "obsm") == 0 ? "obs_names" : "var_names", err);
+}
+
 static int open_element(api_request *req, matrix_req *mr, cellar_error *err)
 {
     const char *el = req->element ? req->element : "";
@@ -107,30 +157,16 @@ static int open_element(api_request *req, matrix_req *mr, cellar_error *err)
     int rc = resolve_groups(req, mr, err);
     if (rc)
         return rc;
-    const char *prefix = req->raw ? "raw/" : "";
-    mr->what = req->key ? arena_printf(req->arena, "%s%s/%s", prefix, el, req->key)
-                        : arena_printf(req->arena, "%s%s", prefix, el);
+    mr->what = element_what(req);
     if (!mr->what)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
-    if (req->mod)
-        mr->what = arena_printf(req->arena, "%s of modality '%s'", mr->what, req->mod);
-    if (!mr->what)
-        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
-    node *n = node_child_opt(mr->ad, el);
-    if (n && req->key) {
-        if (node_get_info(n)->type != NODE_GROUP)
-            n = NULL;
-        else
-            n = node_child_opt(n, req->key);
-    }
+    node *n = element_node(mr->ad, el, req->key);
     if (!n)
         return cellar_fail(err, CELLAR_ENOTFOUND, "store '%s' has no %s", req->store_name,
                            mr->what);
     const char *enc = element_encoding(n);
     if (enc && strcmp(enc, "dataframe") == 0)
-        return cellar_fail(err, CELLAR_ENOTACCEPT,
-                           "%s is a data frame; data frames in obsm/varm are not served as "
-                           "matrices yet",
+        return cellar_fail(err, CELLAR_ENOTACCEPT, "%s is a data frame, not a matrix",
                            mr->what);
     if (enc && strcmp(enc, "null") == 0)
         return cellar_fail(err, CELLAR_ENOTFOUND, "%s is null (no matrix stored)", mr->what);
@@ -502,9 +538,13 @@ int api_matrix(api_request *req, api_response *res, cellar_error *err)
 {
     static const char *const allowed[] = {"rows",   "cols",  "obs_names", "var_names",
                                           "layout", "dtype", NULL};
+    int served;
+    int rc = serve_dataframe(req, res, &served, err);
+    if (served)
+        return rc;
     matrix_req mr;
     memset(&mr, 0, sizeof mr);
-    int rc = api_check_params(req, allowed, err);
+    rc = api_check_params(req, allowed, err);
     if (!rc)
         rc = api_negotiate_format(req, MATRIX_FORMATS, &mr.fmt, err);
     if (!rc)

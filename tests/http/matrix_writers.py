@@ -78,6 +78,34 @@ def sparse_with_gaps(rng, shape, density=0.3, dtype="float32", fmt="csr"):
     return m
 
 
+def annotation_frame(index, seed) -> pd.DataFrame:
+    """A data frame for obsm / varm (index = the axis' names) holding every
+    column kind a frame route serves: categoricals (with a missing value,
+    ordered, numeric categories), strings, nullable strings / integers /
+    booleans with missing values, floats with NaN and inf, ints, bools."""
+    rng = np.random.default_rng(seed)
+    n = len(index)
+    f = rng.normal(0, 10, n).astype("float32")
+    if n > 3:
+        f[1], f[2] = np.nan, -np.inf
+    return pd.DataFrame({
+        "cluster": pd.Categorical([["T", "B", None, "NK"][i % 4] for i in range(n)],
+                                  categories=["NK", "T", "B"]),
+        "level": pd.Categorical([["lo", "hi"][i % 2] for i in range(n)],
+                                categories=["lo", "hi"], ordered=True),
+        "k": pd.Categorical([[3, 1, 2][i % 3] for i in range(n)]),
+        "label": [f"x{i},{'é' if i % 2 else 'y'}" for i in range(n)],
+        "nstr": pd.array([None if i % 7 == 0 else f"n{i}" for i in range(n)], dtype="string"),
+        "nint": pd.array([None if i % 5 == 0 else i * 3 - 20 for i in range(n)], dtype="Int32"),
+        "nbool": pd.array([None if i % 6 == 0 else i % 2 == 0 for i in range(n)],
+                          dtype="boolean"),
+        "score": f,
+        "count": rng.integers(-1000, 1000, n).astype("int64"),
+        "flag": rng.random(n) < 0.5,
+        "u8": np.arange(n, dtype="uint8"),
+    }, index=index)
+
+
 def make_dense_adata() -> ad.AnnData:
     rng = np.random.default_rng(SEED)
     X = _values(rng, "float32", (N_OBS, N_VARS))
@@ -106,7 +134,11 @@ def make_dense_adata() -> ad.AnnData:
                      obs=pd.DataFrame(index=obs_names()),
                      var=pd.DataFrame(index=var_names(N_VARS + 3)))
     raw.varm["loadings"] = rng.normal(size=(N_VARS + 3, 2))
+    raw.varm["annot"] = annotation_frame(raw.var_names, SEED + 12)
     a.raw = raw
+    # Data frames in obsm / varm (their own seeds: the arrays above are unchanged).
+    a.obsm["cells"] = annotation_frame(a.obs_names, SEED + 10)
+    a.varm["genes"] = annotation_frame(a.var_names, SEED + 11)
     return a
 
 
@@ -126,6 +158,77 @@ def make_sparse_adata(seed=SEED) -> ad.AnnData:
     a.layers["legacy"] = sparse_with_gaps(rng, (N_OBS, N_VARS), 0.35, "float32")
     a.layers["empty"] = sp.csr_matrix((N_OBS, N_VARS), dtype="float32")
     return a
+
+
+def with_duplicates(rng, shape, dtype="float32", fmt="csr"):
+    """A sparse matrix that stores some (row, column) entries two or three
+    times, unsorted within some rows, as scipy keeps it
+    (has_canonical_format False): every other stored entry of a major
+    position is stored once more, the first one of every fourth position
+    twice more, and every third position's entries are reversed."""
+    base = sparse_with_gaps(rng, shape, 0.35, dtype, fmt)
+    data, indices, indptr = [], [], [0]
+    for i in range(len(base.indptr) - 1):
+        lo, hi = base.indptr[i], base.indptr[i + 1]
+        idx = list(base.indices[lo:hi])
+        extra = idx[::2] + (idx[:1] * 2 if i % 4 == 0 else [])
+        idx += extra
+        if np.dtype(dtype).kind == "i":
+            info = np.iinfo(dtype)   # large values: sums wrap around, as numpy's do
+            vals = list(base.data[lo:hi]) + list(rng.integers(info.min // 2, info.max, len(extra),
+                                                               dtype=dtype, endpoint=True))
+        else:
+            vals = list(base.data[lo:hi]) + list(rng.normal(0, 10, len(extra)).astype(dtype))
+        if i % 3 == 0:
+            idx, vals = idx[::-1], vals[::-1]
+        indices += idx
+        data += vals
+        indptr.append(len(indices))
+    cls = sp.csr_matrix if fmt == "csr" else sp.csc_matrix
+    m = cls((np.array(data, dtype=dtype), np.array(indices, dtype="int32"),
+             np.array(indptr, dtype="int32")), shape=shape)
+    assert not m.has_canonical_format and m.nnz > base.nnz
+    return m
+
+
+DUP_LAYERS = ["csc", "int8"]
+
+
+def make_duplicates_adata() -> tuple[ad.AnnData, dict]:
+    """An AnnData whose X (float32 CSR), layers["csc"] (int32 CSC) and
+    layers["int8"] (int8 CSR, sums that wrap) store duplicate entries.
+    Returns it and {element path: the non-canonical matrix}."""
+    rng = np.random.default_rng(SEED + 20)
+    mats = {"X": with_duplicates(rng, (N_OBS, N_VARS), "float32"),
+            "layers/csc": with_duplicates(rng, (N_OBS, N_VARS), "int32", "csc"),
+            "layers/int8": with_duplicates(rng, (N_OBS, N_VARS), "int8")}
+    a = ad.AnnData(X=mats["X"],
+                   obs=pd.DataFrame(index=obs_names()),
+                   var=pd.DataFrame(index=var_names()))
+    for k in DUP_LAYERS:
+        a.layers[k] = mats[f"layers/{k}"]
+    return a, mats
+
+
+def write_duplicates(path: Path, fmt: str):
+    """HDF5: anndata writes the store with canonical copies, then h5py puts
+    the stored arrays of the non-canonical matrices in their place.  zarr:
+    anndata writes the non-canonical matrices as they are."""
+    a, mats = make_duplicates_adata()
+    if fmt != "h5":
+        write_h5ad(a, path, fmt)
+        return
+    canon = a.copy()
+    for m in [canon.X] + [canon.layers[k] for k in DUP_LAYERS]:
+        m.sum_duplicates()
+    write_h5ad(canon, path)
+    with h5py.File(path, "r+") as f:
+        for key, m in mats.items():
+            g = f[key]
+            assert g.attrs["encoding-type"] == f"{m.format}_matrix"
+            for part in ("data", "indices", "indptr"):
+                del g[part]
+                g.create_dataset(part, data=getattr(m, part))
 
 
 def _unsigned_indices(path: Path, layer: str, dtype: str):
@@ -176,6 +279,8 @@ def write_all(root: Path) -> dict:
         write_h5ad(make_dense_adata(), root / name, fmt)
         names[f"sparse-{fmt}"] = name = f"matrix/sparse{ext}"
         write_h5ad(make_sparse_adata(), root / name, fmt)
+        names[f"dup-{fmt}"] = dup = f"matrix/duplicates{ext}"
+        write_duplicates(root / dup, fmt)
         if fmt == "h5":
             _unsigned_indices(root / name, "csr_u", "uint32")
             _unsigned_indices(root / name, "csc_u", "uint64")

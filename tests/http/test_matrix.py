@@ -15,10 +15,13 @@ import shutil
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 
 import matrix_writers as mw
+from compare import (check_frame_csv, check_frame_json, decode_bin, decode_npy,
+                     frame_encodings, indexer)
 from conftest import assert_json, assert_problem, store_path
 
 
@@ -328,7 +331,9 @@ def test_errors(msrv, mroot):
     assert_problem(msrv.get(x, cols="0,12"), 416)
     assert_problem(msrv.get(x, obs_names="nope"), 404)
     assert_problem(msrv.get(store_path(name, "layers", "nope")), 404)
-    assert_problem(msrv.get(store_path(name, "obsm", "frame")), 406)
+    # A data frame in obsm is a data frame route: matrix parameters are 400.
+    assert_problem(msrv.get(store_path(name, "obsm", "frame"), cols="0"), 400,
+                   detail_contains="cols")
     assert_problem(msrv.get(store_path(sname, "X"), layout="csr", format="npy"), 406)
     assert_problem(msrv.get(store_path(name, "obsm", "X_umap"), rows="0:2", var_names="G1"),
                    400)
@@ -343,6 +348,13 @@ def test_over_limit(mroot, server_factory):
     got = srv.get(store_path(name, "X"), rows="0:2", format="npy")
     assert got.status_code == 200
     assert_problem(srv.get(store_path(names["sparse-h5"], "X"), layout="csr"), 413)
+    # obsm / varm data frames are bounded as obs is, with the same hint.
+    body = assert_problem(srv.get(store_path(name, "obsm", "cells")), 413)
+    assert "rows=0:" in body["detail"]
+    body = assert_problem(srv.get(store_path(name, "varm", "genes"), format="csv"), 413)
+    assert "rows" in body["detail"]
+    got = srv.get(store_path(name, "obsm", "cells"), rows="0:3", columns="score,cluster")
+    assert got.status_code == 200, got.text
 
 
 # ------------------------------------------------------------ column index
@@ -465,3 +477,233 @@ def test_uns_limit_and_mod(mroot, server_factory, mref):
     mname = names["mudata-h5"]
     body = assert_json(srv.get(store_path(mname, "mod", "prot", "uns", "nested", "colors")))
     assert body == list(mref(mname).mod["prot"].uns["nested"]["colors"])
+
+
+# ------------------------------------------------------------ data frames in obsm / varm
+# (element path, names parameter, the axis' names of the AnnData)
+FRAME_ELEMENTS = [("obsm/cells", "obs_names"), ("varm/genes", "var_names"),
+                  ("raw/varm/annot", "var_names")]
+
+
+def zarr_frame_encodings(path, group: str) -> dict:
+    """compare.frame_encodings for a zarr store (v2 or v3), read with zarr."""
+    import zarr
+    g = zarr.open_group(str(path), mode="r")[group]
+    index_key = g.attrs["_index"]
+    out = {}
+    for key, member in g.members():
+        attrs = member.attrs
+        enc, na = attrs.get("encoding-type"), attrs.get("na-value")
+        out["_index" if key == index_key else key] = (
+            str(enc) if enc is not None else None, str(na) if na is not None else None)
+    return out
+
+
+@pytest.fixture(scope="session")
+def fref(mroot, mref):
+    """(data frame as anndata reads it, encodings on disk) of an element."""
+    root, names = mroot
+    cache = {}
+
+    def get(label, element):
+        key = (label, element)
+        if key not in cache:
+            name = names[label]
+            a = mref(name)
+            parts = element.split("/")
+            owner = a.raw if parts[0] == "raw" else a
+            df = getattr(owner, parts[-2])[parts[-1]]
+            assert isinstance(df, pd.DataFrame), type(df)
+            path = root / name
+            enc = (zarr_frame_encodings(path, element) if name.endswith(".zarr")
+                   else frame_encodings(path, element))
+            cache[key] = (df, enc)
+        return cache[key]
+    return get
+
+
+FRAME_STORES = [f"dense-{f}" for f in mw.FORMATS]
+FRAME_SELECTIONS = [None, "2:9", "::-3", "7,0,0,3"]
+
+
+@pytest.mark.parametrize("label", FRAME_STORES)
+@pytest.mark.parametrize("element,names_param", FRAME_ELEMENTS)
+@pytest.mark.parametrize("spec", FRAME_SELECTIONS)
+def test_frame_in_m_json_csv(msrv, mroot, fref, label, element, names_param, spec):
+    name = mroot[1][label]
+    df, enc = fref(label, element)
+    assert df.shape[1] == 11
+    path = store_path(name, *element.split("/"))
+    params = {"rows": spec} if spec else {}
+    want = df.iloc[indexer(spec)] if spec else df
+    check_frame_json(assert_json(msrv.get(path, **params)), want, enc)
+    check_frame_json(assert_json(msrv.get(path, categorical="codes", **params)), want, enc,
+                     categorical="codes")
+    r = msrv.get(path, format="csv", **params)
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/csv"), r.text
+    check_frame_csv(r.content.decode("utf-8"), want)
+    r = msrv.get(path, format="csv", categorical="codes", **params)
+    check_frame_csv(r.content.decode("utf-8"), want, categorical="codes")
+
+
+@pytest.mark.parametrize("label", FRAME_STORES)
+@pytest.mark.parametrize("element,names_param", FRAME_ELEMENTS)
+def test_frame_in_m_binary_and_names(msrv, mroot, fref, label, element, names_param):
+    name = mroot[1][label]
+    df, enc = fref(label, element)
+    path = store_path(name, *element.split("/"))
+    for col in ["score", "count", "flag", "u8"]:
+        want = df[col].to_numpy()
+        got = decode_npy(msrv.get(path, columns=col, format="npy"))
+        assert got.dtype == want.dtype, (col, got.dtype, want.dtype)
+        np.testing.assert_array_equal(got, want)
+        got = decode_bin(msrv.get(path, columns=col, format="bin", rows="5:1:-2"))
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want[5:1:-2])
+    # A categorical's codes at their stored width.
+    got = decode_npy(msrv.get(path, columns="cluster", categorical="codes", format="npy"))
+    np.testing.assert_array_equal(got, df["cluster"].cat.codes.to_numpy())
+    assert got.dtype.kind == "i"
+    # Names of the element's axis (its index), columns in the asked order.
+    names = [df.index[3], df.index[0], df.index[3]]
+    cols = ["nint", "cluster", "label"]
+    js = assert_json(msrv.get(path, columns=",".join(cols), **{names_param: names}))
+    check_frame_json(js, df.loc[names, cols], enc)
+    r = msrv.get(path, format="csv", columns=",".join(cols), **{names_param: names})
+    check_frame_csv(r.content.decode("utf-8"), df.loc[names, cols])
+    # POST: the same answer, and names holding a comma.
+    body = {names_param: list(df.index[[5, 1]]), "columns": ["label", "nstr"]}
+    js = assert_json(msrv.post(path, body))
+    check_frame_json(js, df.iloc[[5, 1]][["label", "nstr"]], enc)
+
+
+def test_frame_in_m_errors(msrv, mroot):
+    name = mroot[1]["dense-h5"]
+    cells = store_path(name, "obsm", "cells")
+    genes = store_path(name, "varm", "genes")
+    assert_problem(msrv.get(cells, var_names="G1"), 400, detail_contains="var_names")
+    assert_problem(msrv.get(genes, obs_names="cell000"), 400, detail_contains="obs_names")
+    assert_problem(msrv.get(cells, layout="csr"), 400)
+    assert_problem(msrv.get(cells, rows="0:2", obs_names="cell000"), 400)
+    assert_problem(msrv.get(cells, categorical="both"), 400)
+    assert_problem(msrv.get(cells, columns="nope"), 404, detail_contains="obsm/cells")
+    assert_problem(msrv.get(cells, obs_names="nope"), 404)
+    assert_problem(msrv.get(genes, var_names="G1,nope"), 404)
+    assert_problem(msrv.get(cells, rows="40"), 416)
+    assert_problem(msrv.get(cells, format="npy"), 406, detail_contains="one column")
+    assert_problem(msrv.get(cells, format="bin", columns="label"), 406)
+    assert_problem(msrv.get(cells, format="npy", columns="cluster"), 406,
+                   detail_contains="categorical=codes")
+    assert_problem(msrv.get(cells, format="newick"), 406)
+    # The matrices next to them are still matrices.
+    assert_problem(msrv.get(store_path(name, "obsm", "X_umap"), columns="a"), 400)
+    assert_problem(msrv.get(store_path(name, "obsm", "nope")), 404)
+
+
+def test_frame_in_m_mudata_and_head(msrv, mroot, mref):
+    name = mroot[1]["mudata-h5"]
+    df = mref(name).mod["prot"].obsm["cells"]
+    path = store_path(name, "mod", "prot", "obsm", "cells")
+    js = assert_json(msrv.get(path, rows="0:6", columns="cluster,score,nbool"))
+    check_frame_json(js, df.iloc[0:6][["cluster", "score", "nbool"]], None)
+    assert_problem(msrv.get(path, columns="nope"), 404, detail_contains="modality 'prot'")
+    r = msrv.head(path, rows="0:6")
+    assert r.status_code == 200 and r.content == b""
+
+
+# ------------------------------------------------------------ duplicate entries
+DUP_STORES = [f"dup-{f}" for f in mw.FORMATS]
+
+
+def dup_matrix(a, layer):
+    return a.X if layer == "X" else a.layers[layer]
+
+
+def test_duplicates_read_back(mroot, mref):
+    """The fixture really holds duplicates, and anndata reads them back as
+    they are stored."""
+    _, mats = mw.make_duplicates_adata()
+    for label in DUP_STORES:
+        a = mref(mroot[1][label])
+        for layer in ["X"] + mw.DUP_LAYERS:
+            m = dup_matrix(a, layer)
+            stored = mats["X" if layer == "X" else f"layers/{layer}"]
+            assert sp.issparse(m) and not m.has_canonical_format, (label, layer)
+            assert m.nnz == stored.nnz
+            canon = m.copy()
+            canon.sum_duplicates()
+            assert canon.nnz < m.nnz
+            np.testing.assert_array_equal(m.indices, stored.indices)
+
+
+@pytest.mark.parametrize("label", DUP_STORES)
+@pytest.mark.parametrize("layer", ["X"] + mw.DUP_LAYERS)
+@pytest.mark.parametrize("params,rsel,csel", SPARSE_SELECTIONS)
+def test_duplicates_dense_sum(msrv, mroot, mref, label, layer, params, rsel, csel):
+    """Dense answers add duplicate entries, as scipy's toarray() does."""
+    name = mroot[1][label]
+    m = dup_matrix(mref(name), layer)
+    full = m.toarray()
+    want = full[rsel][:, csel]
+    path = store_path(name, "X") if layer == "X" else store_path(name, "layers", layer)
+    for fmt in FORMATS:
+        check(msrv, path, want, fmt, **params)
+    r = msrv.get(path, format="csv", **params)
+    assert r.status_code == 200, r.text
+    # shortest text at the value's width: parse, then narrow to the dtype
+    got = np.array([[float(x) for x in line.split(",")] for line in r.text.split("\r\n")[:-1]])
+    np.testing.assert_array_equal(got.reshape(want.shape).astype(want.dtype), want)
+
+
+def csr_rows(indptr, indices, data):
+    """Each row's entries as a sorted list of (column, value)."""
+    return [sorted(zip(list(indices[indptr[i]:indptr[i + 1]]),
+                       [float(v) for v in data[indptr[i]:indptr[i + 1]]]))
+            for i in range(len(indptr) - 1)]
+
+
+@pytest.mark.parametrize("label", DUP_STORES)
+@pytest.mark.parametrize("layer", ["X"] + mw.DUP_LAYERS)
+@pytest.mark.parametrize("params,rsel,csel", SPARSE_SELECTIONS)
+def test_duplicates_csr_kept(msrv, mroot, mref, label, layer, params, rsel, csel):
+    """layout=csr keeps duplicate entries apart, as scipy's X[rows][:, cols]
+    holds them, with each row's columns ascending."""
+    name = mroot[1][label]
+    m = dup_matrix(mref(name), layer)
+    sub = m[rsel][:, csel].tocsr()
+    path = store_path(name, "X") if layer == "X" else store_path(name, "layers", layer)
+    body = assert_json(msrv.get(path, layout="csr", **params))
+    assert body["shape"] == list(sub.shape) and body["dtype"] == str(m.dtype)
+    assert body["nnz"] == sub.nnz
+    indptr, indices = body["indptr"], body["indices"]
+    data = np.array(body["data"], dtype=m.dtype)
+    for i in range(len(indptr) - 1):
+        seg = indices[indptr[i]:indptr[i + 1]]
+        assert seg == sorted(seg), (i, seg)
+    assert csr_rows(indptr, indices, data) == csr_rows(sub.indptr, sub.indices, sub.data)
+    # Summed by hand, the entries give scipy's toarray().
+    dense = np.zeros(sub.shape, dtype=m.dtype)
+    for i in range(len(indptr) - 1):
+        for k in range(indptr[i], indptr[i + 1]):
+            dense[i, indices[k]] += data[k]
+    np.testing.assert_array_equal(dense, sub.toarray())
+
+
+def test_duplicates_column_index(mroot, server_factory, mref):
+    """Column selections through the ready column index sum and keep
+    duplicates the same way."""
+    root, names = mroot
+    srv = server_factory(root)
+    name = names["dup-h5"]
+    m = mref(name).X
+    path = store_path(name, "X")
+    wait_ready(srv, path, var_names="G3")
+    for cols in [[3], [0, 11, 3, 3], [2]]:
+        spec = ",".join(str(c) for c in cols)
+        check(srv, path, m.toarray()[:, cols], "npy", cols=spec)
+        check(srv, path, m.toarray()[5:30, cols], "json", cols=spec, rows="5:30")
+        body = assert_json(srv.get(path, layout="csr", cols=spec))
+        sub = m[:, cols].tocsr()
+        assert body["nnz"] == sub.nnz
+        assert csr_rows(body["indptr"], body["indices"], np.array(body["data"], "float32")) == \
+            csr_rows(sub.indptr, sub.indices, sub.data)
