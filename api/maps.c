@@ -144,12 +144,14 @@ static int reverse(api_request *req, api_response *res, map_req *mr, const selec
 }
 
 /* The global rows a forward request selects (rows= or names), and the
- * global frame for the names. */
+ * global frame for the names.  *names is the list the request gave (NULL
+ * when it selected by rows). */
 static int forward_rows(api_request *req, map_req *mr, const selection *sel, int sel_present,
-                        frame *f, dim_sel *rows, cellar_error *err)
+                        frame *f, dim_sel *rows, const char ***names_out, cellar_error *err)
 {
     const char **names;
     size_t n_names;
+    *names_out = NULL;
     int rc = api_param_list(req, mr->names_param, &names, &n_names, err);
     if (rc)
         return rc;
@@ -177,7 +179,26 @@ static int forward_rows(api_request *req, map_req *mr, const selection *sel, int
             return rc;
     }
     *rows = (dim_sel){.start = 0, .step = 1, .count = (int64_t)n_names, .index = pos};
+    *names_out = names;
     return 0;
+}
+
+/* The names to echo for the selected rows: the request's own names when it
+ * gave them and the index holds strings (a lookup matches the stored text
+ * exactly, so reading them back would give the same strings); else read
+ * from the index. */
+static int forward_names(api_request *req, const frame *f, const dim_sel *rows,
+                         const char **given, column_values *out, cellar_error *err)
+{
+    if (given && f->index.dtype == DT_STRING && f->index.encoding != COL_CATEGORICAL) {
+        memset(out, 0, sizeof *out);
+        out->column = &f->index;
+        out->count = rows->count;
+        out->dtype = DT_STRING;
+        out->data = (void *)given;
+        return 0;
+    }
+    return frame_read_column(f, &f->index, rows, req->arena, out, err);
 }
 
 static int forward(api_request *req, api_response *res, map_req *mr, const selection *sel,
@@ -185,7 +206,8 @@ static int forward(api_request *req, api_response *res, map_req *mr, const selec
 {
     frame f;
     dim_sel rows;
-    int rc = forward_rows(req, mr, sel, sel_present, &f, &rows, err);
+    const char **given = NULL;
+    int rc = forward_rows(req, mr, sel, sel_present, &f, &rows, &given, err);
     int binary = mr->fmt != FORMAT_JSON;
     uint64_t per_row = binary ? 4 : 12 + frame_column_cost(&f.index, 1);
     if (!rc)
@@ -206,7 +228,7 @@ static int forward(api_request *req, api_response *res, map_req *mr, const selec
         return 0;
     }
     column_values names;
-    rc = frame_read_column(&f, &f.index, &rows, req->arena, &names, err);
+    rc = forward_names(req, &f, &rows, given, &names, err);
     if (rc)
         return rc;
     json_out j;
