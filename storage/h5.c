@@ -59,6 +59,9 @@ typedef struct h5_node {
     int own_memtype; /* memtype was made here and must be closed */
     int vlen;        /* strings: variable length */
     H5T_str_t strpad;
+    /* datasets: bytes per element of libhdf5's type-conversion buffer when
+     * reads convert (strings, enums, byte order), 0 when they do not */
+    size_t conv_size;
     /* root only: the file for direct reads (-1 when there is none), its
      * size, and what libhdf5 adds to chunk addresses it reports */
     int fd;
@@ -683,8 +686,17 @@ static int array_info_load(node *n, h5_node *h, cellar_error *err)
         rc = h5_fail(err, CELLAR_EFORMAT, "cannot read the type of '%s'", n->path);
         goto done;
     }
-    if (classify_type(h->ftype, &n->info, h))
+    if (classify_type(h->ftype, &n->info, h)) {
         rc = h5_fail(err, CELLAR_EFORMAT, "cannot map the type of '%s'", n->path);
+        goto done;
+    }
+    if (h->memtype >= 0 && (h->vlen || H5Tequal(h->ftype, h->memtype) <= 0)) {
+        size_t fs = H5Tget_size(h->ftype), ms = H5Tget_size(h->memtype);
+        /* a vlen element takes 16 bytes on disk whatever its memory size */
+        h->conv_size = fs > ms ? fs : ms;
+        if (h->conv_size < 32)
+            h->conv_size = 32;
+    }
 done:
     H5Sclose(space);
     return rc;
@@ -988,12 +1000,40 @@ static int plan_dim(const dim_sel *s, int64_t len, dim_plan *p, const char *path
     return 0;
 }
 
+/* libhdf5's default type-conversion buffer: allocated and zeroed for every
+ * read that converts, whatever the read's size. */
+#define H5_CONV_BUF_DEFAULT ((size_t)1 << 20)
+
+/* A dataset transfer property list whose conversion buffer fits a read of
+ * nelem elements of h, or H5P_DEFAULT (no conversion, a read as large as
+ * the default buffer, or a failure: the default then works as before).
+ * Release with xfer_close. */
+static hid_t xfer_open(const h5_node *h, size_t nelem)
+{
+    if (!h->conv_size || nelem == 0 || nelem > H5_CONV_BUF_DEFAULT / h->conv_size)
+        return H5P_DEFAULT;
+    hid_t p = H5Pcreate(H5P_DATASET_XFER);
+    if (p < 0)
+        return H5P_DEFAULT;
+    if (H5Pset_buffer(p, nelem * h->conv_size, NULL, NULL) < 0) {
+        H5Pclose(p);
+        return H5P_DEFAULT;
+    }
+    return p;
+}
+
+static void xfer_close(hid_t p)
+{
+    if (p != H5P_DEFAULT)
+        H5Pclose(p);
+}
+
 /* Reads the distinct positions of the plan, in C order over
  * nuniq[0] x nuniq[1] x ..., into temp (elements of memtype).  Works in
  * batches of dim-0 blocks so that no file selection holds more than about
  * H5_READ_BLOCK_BUDGET hyperslab blocks. */
 static int read_planned(const node *n, const h5_node *h, const dim_plan *p, int ndim,
-                        size_t es, char *temp, cellar_error *err)
+                        size_t es, hid_t dxpl, char *temp, cellar_error *err)
 {
     int rc = 0;
     hid_t fspace = H5Dget_space(h->obj), mspace = H5I_INVALID_HID;
@@ -1043,7 +1083,7 @@ static int read_planned(const node *n, const h5_node *h, const dim_plan *p, int 
             rc = h5_fail(err, CELLAR_EIO, "cannot read '%s'", n->path);
             goto done;
         }
-        if (H5Dread(h->obj, h->memtype, mspace, fspace, H5P_DEFAULT,
+        if (H5Dread(h->obj, h->memtype, mspace, fspace, dxpl,
                     temp + (size_t)row0 * inner * es) < 0) {
             rc = h5_fail(err, CELLAR_EIO, "reading '%s' failed", n->path);
             goto done;
@@ -1068,7 +1108,7 @@ static int64_t plan_pos(const dim_plan *p, int64_t r)
 /* Same result as read_planned, through one point selection listing the
  * distinct positions in C order (libhdf5 reads points in list order). */
 static int read_points(const node *n, const h5_node *h, const dim_plan *p, int ndim,
-                       size_t npoints, char *temp, cellar_error *err)
+                       size_t npoints, hid_t dxpl, char *temp, cellar_error *err)
 {
     int rc = 0;
     hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
@@ -1089,7 +1129,7 @@ static int read_points(const node *n, const h5_node *h, const dim_plan *p, int n
         rc = h5_fail(err, CELLAR_EIO, "cannot select in '%s'", n->path);
         goto done;
     }
-    if (H5Dread(h->obj, h->memtype, mspace, fspace, H5P_DEFAULT, temp) < 0)
+    if (H5Dread(h->obj, h->memtype, mspace, fspace, dxpl, temp) < 0)
         rc = h5_fail(err, CELLAR_EIO, "reading '%s' failed", n->path);
 done:
     if (mspace >= 0)
@@ -1108,10 +1148,15 @@ static int read_unique(const node *n, const h5_node *h, const dim_plan *p, int n
     size_t blocks = 1;
     for (int d = 0; d < ndim; d++)
         blocks = blocks > SIZE_MAX / p[d].nblocks ? SIZE_MAX : blocks * p[d].nblocks;
+    hid_t dxpl = xfer_open(h, npoints);
+    int rc;
     if (blocks > H5_READ_BLOCK_BUDGET && npoints / 8 <= blocks &&
         npoints <= H5_POINTS_MAX_BYTES / ((size_t)ndim * sizeof(hsize_t)))
-        return read_points(n, h, p, ndim, npoints, temp, err);
-    return read_planned(n, h, p, ndim, es, temp, err);
+        rc = read_points(n, h, p, ndim, npoints, dxpl, temp, err);
+    else
+        rc = read_planned(n, h, p, ndim, es, dxpl, temp, err);
+    xfer_close(dxpl);
+    return rc;
 }
 
 /* Per output row (innermost dimension): out_i is the output index of its
@@ -1563,8 +1608,10 @@ static int h5_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cel
     if (rc)
         goto done;
     if (j.ndim == 0) {
-        if (H5Dread(h->obj, h->memtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
+        hid_t dxpl = xfer_open(h, 1);
+        if (H5Dread(h->obj, h->memtype, H5S_ALL, H5S_ALL, dxpl, out) < 0)
             rc = h5_fail(err, CELLAR_EIO, "reading '%s' failed", n->path);
+        xfer_close(dxpl);
     } else {
         temp = j.identity ? out : malloc(j.nuniq_total * es);
         if (!temp) {
@@ -1607,8 +1654,10 @@ static int h5_read_strings(node *n, const dim_sel *sel, arena *a, char **out,
         goto done;
     }
     if (j.ndim == 0) {
-        if (H5Dread(h->obj, h->memtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, temp) < 0)
+        hid_t dxpl = xfer_open(h, 1);
+        if (H5Dread(h->obj, h->memtype, H5S_ALL, H5S_ALL, dxpl, temp) < 0)
             rc = h5_fail(err, CELLAR_EIO, "reading '%s' failed", n->path);
+        xfer_close(dxpl);
     } else {
         rc = read_unique(n, h, j.plan, j.ndim, es, j.nuniq_total, temp, err);
     }
