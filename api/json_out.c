@@ -7,6 +7,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Decimal digits of v at out (NUL-terminated), without printf. */
+static size_t fmt_u64(uint64_t v, char *out)
+{
+    char t[24];
+    size_t n = 0;
+    do {
+        t[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = t[n - 1 - i];
+    out[n] = '\0';
+    return n;
+}
+
+static size_t fmt_i64(int64_t v, char *out)
+{
+    if (v >= 0)
+        return fmt_u64((uint64_t)v, out);
+    out[0] = '-';
+    return 1 + fmt_u64((uint64_t)0 - (uint64_t)v, out + 1);
+}
+
 /* Appends ".0" to an integral-looking number, as Python's repr does, so a
  * float column stays recognisably float in JSON and CSV. */
 static size_t add_point(char *out, size_t n)
@@ -40,13 +63,10 @@ size_t fmt_f64(double v, char *out)
     return add_point(out, (size_t)n);
 }
 
-/* The same argument with 6 to 9 digits for float32. */
-size_t fmt_f32(float v, char *out)
+/* The same argument with 6 to 9 digits for float32, through snprintf and
+ * strtof: the reference fmt_f32 falls back to. */
+static size_t fmt_f32_slow(float v, char *out)
 {
-    if (!isfinite(v)) {
-        out[0] = '\0';
-        return 0;
-    }
     int n = 0;
     for (int p = fabsf(v) < FLT_MIN ? 1 : 6; p <= 9; p++) {
         n = snprintf(out, NUMBER_TEXT_MAX - 2, "%.*g", p, (double)v);
@@ -54,6 +74,150 @@ size_t fmt_f32(float v, char *out)
             break;
     }
     return add_point(out, (size_t)n);
+}
+
+static const double pow10_exact[23] = {
+    1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* a * 10^n in one correctly rounded double operation (|n| <= 22: the power
+ * is exact). */
+static double scale10(double a, int n)
+{
+    return n >= 0 ? a * pow10_exact[n] : a / pow10_exact[-n];
+}
+
+/* The nearest p-digit decimal to a (a positive normal float32, exact in a
+ * double), as *d in [10^(p-1), 10^p) times 10^(*k - p + 1) (so *k is the
+ * decimal exponent %g reports).  a * 10^n in double has a relative error
+ * under 2^-52, so the rounding is decided exactly unless the scaled value
+ * lies within 1e-6 of a half (an exact tie or too close to call): then
+ * returns -1 and the caller asks snprintf. */
+static int f32_round(double a, int p, int *k, uint64_t *d)
+{
+    for (int tries = 0; tries < 4; tries++) {
+        int n = p - 1 - *k;
+        if (n > 22 || n < -22)
+            return -1;
+        double scaled = scale10(a, n);
+        double whole = floor(scaled), frac = scaled - whole;
+        if (fabs(frac - 0.5) < 1e-6)
+            return -1;
+        if (scaled < pow10_exact[p - 1]) {
+            (*k)--;
+            continue;
+        }
+        uint64_t r = (uint64_t)whole + (frac > 0.5);
+        if (r >= (uint64_t)pow10_exact[p]) {
+            (*k)++; /* a carry (9.999995 -> 10.0000) or k one too small */
+            continue;
+        }
+        *d = r;
+        return 0;
+    }
+    return -1;
+}
+
+/* Whether the decimal d * 10^(k - p + 1) reads back (as strtof would: one
+ * correct rounding to float) as a; -1 when the double in between sits
+ * exactly halfway between two floats, where rounding twice could differ. */
+static int f32_reads_back(double a, uint64_t d, int p, int k)
+{
+    int n = p - 1 - k;
+    if (n > 22 || n < -22)
+        return -1;
+    double x = scale10((double)d, -n); /* d < 2^53: exact; one rounding */
+    float f = (float)x;
+    if ((double)f != x) {
+        float g = nextafterf(f, x > (double)f ? INFINITY : 0.0f);
+        if ((double)f + (double)g == 2.0 * x)
+            return -1;
+    }
+    return (double)f == a;
+}
+
+/* %.{p}g's text of d * 10^(k - p + 1), d having exactly p digits: the
+ * trailing zeros dropped, fixed notation for -4 <= k < p, else d.ddde+XX. */
+static size_t f32_text(int neg, uint64_t d, int p, int k, char *out)
+{
+    char dig[24];
+    int len = p;
+    for (int i = p - 1; i >= 0; i--) {
+        dig[i] = (char)('0' + d % 10);
+        d /= 10;
+    }
+    while (len > 1 && dig[len - 1] == '0')
+        len--;
+    size_t o = 0;
+    if (neg)
+        out[o++] = '-';
+    if (k < -4 || k >= p) {
+        out[o++] = dig[0];
+        if (len > 1) {
+            out[o++] = '.';
+            for (int i = 1; i < len; i++)
+                out[o++] = dig[i];
+        }
+        out[o++] = 'e';
+        out[o++] = k < 0 ? '-' : '+';
+        int e = k < 0 ? -k : k;
+        if (e >= 100)
+            out[o++] = (char)('0' + e / 100);
+        out[o++] = (char)('0' + e / 10 % 10);
+        out[o++] = (char)('0' + e % 10);
+    } else if (k >= 0) {
+        for (int i = 0; i <= k; i++)
+            out[o++] = i < len ? dig[i] : '0';
+        if (len > k + 1) {
+            out[o++] = '.';
+            for (int i = k + 1; i < len; i++)
+                out[o++] = dig[i];
+        }
+    } else {
+        out[o++] = '0';
+        out[o++] = '.';
+        for (int i = -1; i > k; i--)
+            out[o++] = '0';
+        for (int i = 0; i < len; i++)
+            out[o++] = dig[i];
+    }
+    out[o] = '\0';
+    return o;
+}
+
+/* The same text as fmt_f32_slow (the first precision from 6 up whose
+ * nearest decimal reads back), computed with two double operations per
+ * precision instead of snprintf and strtof; the rare cases the double
+ * arithmetic cannot decide (ties, near-ties, subnormals, far exponents) go
+ * to fmt_f32_slow. */
+size_t fmt_f32(float v, char *out)
+{
+    if (!isfinite(v)) {
+        out[0] = '\0';
+        return 0;
+    }
+    if (v == 0.0f) {
+        strcpy(out, signbit(v) ? "-0.0" : "0.0");
+        return strlen(out);
+    }
+    double a = fabs((double)v);
+    if (a < FLT_MIN)
+        return fmt_f32_slow(v, out);
+    int k0;
+    frexp(a, &k0);
+    k0 = (int)floor((k0 - 1) * 0.30102999566398120); /* log10(2): within one */
+    for (int p = 6; p <= 9; p++) {
+        int k = k0;
+        uint64_t d;
+        if (f32_round(a, p, &k, &d))
+            return fmt_f32_slow(v, out);
+        int ok = p == 9 ? 1 : f32_reads_back(a, d, p, k);
+        if (ok < 0)
+            return fmt_f32_slow(v, out);
+        if (ok)
+            return add_point(out, f32_text(signbit(v), d, p, k, out));
+    }
+    return fmt_f32_slow(v, out); /* not reached: p == 9 always reads back */
 }
 
 float half_to_float(uint16_t h)
@@ -293,15 +457,13 @@ static int number(json_out *j, const char *text, size_t n)
 int json_out_int(json_out *j, int64_t v)
 {
     char t[NUMBER_TEXT_MAX];
-    int n = snprintf(t, sizeof t, "%" PRId64, v);
-    return number(j, t, (size_t)n);
+    return number(j, t, fmt_i64(v, t));
 }
 
 int json_out_uint(json_out *j, uint64_t v)
 {
     char t[NUMBER_TEXT_MAX];
-    int n = snprintf(t, sizeof t, "%" PRIu64, v);
-    return number(j, t, (size_t)n);
+    return number(j, t, fmt_u64(v, t));
 }
 
 int json_out_f64(json_out *j, double v)
