@@ -14,7 +14,9 @@ Environment:
   BENCH_OUT           the Markdown file to rewrite (default BENCHMARKS.md)
   BENCH_REFS          references to run (default mhd,nginx,h5grove)
   BENCH_ONLY          comma list of scenario ids to run (summary, modlist,
-                      obs_json, ..., mixed); default all
+                      obs_json, ..., mixed) and/or sections (trees, matrices);
+                      default all.  A run of sections only rewrites their
+                      blocks of BENCHMARKS.md and keeps the rest of the file.
 
 Every server listens on 127.0.0.1 on a free port and is stopped at the end.
 """
@@ -608,9 +610,10 @@ def write_markdown(path, cfg, manifest, scenarios, results, table, targets, info
     text = f"""# Benchmarks
 
 Written by `make bench` ({cfg['command']}); do not edit by hand. Every number
-below comes from one run on one machine: cellar and its references were
+in a section comes from one run on one machine: cellar and its references were
 started by the harness on 127.0.0.1, on the same files, one after the other,
-and driven by the same wrk settings.
+and driven by the same wrk settings. The trees and matrices sections at the
+end state their own run (`BENCH_ONLY=trees,matrices` reruns only those).
 
 - Date: {date} (the run took {seconds:.0f} s)
 - Command: `{cfg['command']}`
@@ -671,8 +674,42 @@ uses), so the RSS is that scenario's own.
 
 {build_raw_table(results)}
 """
-    with open(path, "w") as f:
-        f.write(text)
+    return text
+
+
+SECTIONS = ("trees", "matrices")
+SECTION_RE = re.compile(r"<!-- bench:(\w+) -->\n.*?<!-- /bench:\1 -->\n?", re.S)
+
+
+def old_sections(path):
+    """(text without the section blocks, {name: block}) of the current file."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return "# Benchmarks\n", {}
+    blocks = {m.group(1): m.group(0) for m in SECTION_RE.finditer(text)}
+    return SECTION_RE.sub("", text), blocks
+
+
+def section_block(name, title, cfg, info, body, targets, seconds):
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    t_lines = [f"| {n} | {'holds' if ok else '**does not hold**'} | {v} |" for n, ok, v in targets]
+    return f"""<!-- bench:{name} -->
+## {title}
+
+- Run: {date}, `{cfg['command']}` ({seconds:.0f} s for this section); {info['cpu']},
+  {info['cores']} cores, cellar {info['cellar']} (commit {info['commit']}); load average
+  {cfg['load_start']:.1f} at the start of the run; wrk {cfg['wrk_threads']} thread(s),
+  {cfg['duration']:g} s per run after {cfg['warmup']:g} s of warm-up; cellar `--threads {cfg['threads']}`.
+
+{body}
+
+| target | result | value |
+|---|---|---|
+{chr(10).join(t_lines)}
+<!-- /bench:{name} -->
+"""
 
 
 def wanted_data_version():
@@ -718,38 +755,63 @@ def main():
         "pool_kib": cellar_pool_kib(),
     }
     cfg["command"] = os.environ.get("BENCH_COMMAND") or (
-        f"make bench BENCH_SCALE={scale:g} BENCH_DURATION={cfg['duration']:g}")
+        f"make bench BENCH_SCALE={scale:g} BENCH_DURATION={cfg['duration']:g}"
+        + (f" BENCH_ONLY={os.environ['BENCH_ONLY']}" if cfg["only"] else ""))
     t0 = time.time()
     cfg["load_start"] = os.getloadavg()[0]
-    manifest_path = os.path.join(cfg["data_dir"], "manifest.json")
-    if data_version(manifest_path) != wanted_data_version():
-        shutil.rmtree(cfg["data_dir"], ignore_errors=True)
-        log(f"writing data at scale {scale:g} into {cfg['data_dir']}")
-        subprocess.run([sys.executable, os.path.join(HERE, "make_data.py"), cfg["data_dir"],
-                        str(scale)], check=True, stdout=subprocess.DEVNULL)
-    with open(manifest_path) as f:
-        manifest = json.load(f)
-    os.chmod(cfg["data_dir"], 0o755)
-    workdir = os.path.join(HERE, "data", "run")
+    only = cfg["only"]
+    run_core = not only or bool(only - set(SECTIONS))
+    # Per run, so that two runs at once (two engineers) do not share one.
+    workdir = os.path.join(HERE, "data", f"run-{os.getpid()}")
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
-    scenarios = build_scenarios(manifest, os.path.join(cfg["data_dir"], "bench.zarr"))
-    results = Results()
-    results.cellar_peak_kb = 0
-
-    run_all(cfg, manifest, scenarios, results, workdir)
-    table = build_table(scenarios, results, cfg)
-    targets = check_targets(scenarios, results, cfg)
+    core_text, blocks = old_sections(cfg["out"])
     info = machine_info(cfg)
-    cfg["load_end"] = os.getloadavg()[0]
-    seconds = time.time() - t0
-    write_markdown(cfg["out"], cfg, manifest, scenarios, results, table, targets, info, seconds)
-    print(table)
+    all_targets = []
+    if run_core:
+        manifest_path = os.path.join(cfg["data_dir"], "manifest.json")
+        if data_version(manifest_path) != wanted_data_version():
+            shutil.rmtree(cfg["data_dir"], ignore_errors=True)
+            log(f"writing data at scale {scale:g} into {cfg['data_dir']}")
+            subprocess.run([sys.executable, os.path.join(HERE, "make_data.py"), cfg["data_dir"],
+                            str(scale)], check=True, stdout=subprocess.DEVNULL)
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+        os.chmod(cfg["data_dir"], 0o755)
+        scenarios = build_scenarios(manifest, os.path.join(cfg["data_dir"], "bench.zarr"))
+        results = Results()
+        results.cellar_peak_kb = 0
+        run_all(cfg, manifest, scenarios, results, workdir)
+        table = build_table(scenarios, results, cfg)
+        targets = check_targets(scenarios, results, cfg)
+        all_targets += targets
+        cfg["load_end"] = os.getloadavg()[0]
+        seconds = time.time() - t0
+        core_text = write_markdown(cfg["out"], cfg, manifest, scenarios, results, table,
+                                   targets, info, seconds)
+        print(table)
+        print(f"\ncellar peak RSS over the run: {results.cellar_peak_kb / 1024:.0f} MB")
+    import sections
+    for name, title, fn in (("trees", "Trees (issue 4)", sections.run_trees),
+                            ("matrices", "Matrices (issue 5)", sections.run_matrices)):
+        if only and name not in only:
+            continue
+        t1 = time.time()
+        body, targets = fn(cfg, workdir)
+        all_targets += targets
+        blocks[name] = section_block(name, title, cfg, info, body, targets, time.time() - t1)
+        print(body)
+    text = core_text.rstrip("\n") + "\n"
+    for name in SECTIONS:
+        if name in blocks:
+            text += "\n" + blocks[name].rstrip("\n") + "\n"
+    with open(cfg["out"], "w") as f:
+        f.write(text)
     print()
-    for name, ok, value in targets:
+    for name, ok, value in all_targets:
         print(f"{'OK  ' if ok else 'MISS'} {name}: {value}")
-    print(f"\ncellar peak RSS over the run: {results.cellar_peak_kb / 1024:.0f} MB; "
-          f"wrote {os.path.relpath(cfg['out'], REPO)} in {seconds:.0f} s")
+    print(f"\nwrote {os.path.relpath(cfg['out'], REPO)} in {time.time() - t0:.0f} s")
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

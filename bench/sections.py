@@ -1,0 +1,599 @@
+"""The trees (issue 4) and matrices (issue 5) sections of `make bench`.
+
+bench/run.py calls run_trees / run_matrices, which return a Markdown block
+and a list of (target, holds, value); each section has its own data folder
+(`bench/data/trees-S/`, `bench/data/matrix-S/`, written once by
+make_trees.py / make_matrix.py), its own cellar processes (started fresh,
+`--root` that folder) and its own references, all in the same run.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+import run as R
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------
+# Helpers
+
+
+def ensure_data(script, out_dir, scale, version_name):
+    with open(os.path.join(R.HERE, script)) as f:
+        import re
+        want = int(re.search(rf"^{version_name} = (\d+)", f.read(), re.M).group(1))
+    manifest_path = os.path.join(out_dir, "manifest.json")
+    if R.data_version(manifest_path) != want:
+        import shutil
+        shutil.rmtree(out_dir, ignore_errors=True)
+        R.log(f"writing {script} data at scale {scale:g} into {out_dir} (once)")
+        subprocess.run([sys.executable, os.path.join(R.HERE, script), out_dir, str(scale)],
+                       check=True, stdout=subprocess.DEVNULL)
+    with open(manifest_path) as f:
+        return json.load(f)
+
+
+def start_cellar(cfg, root, workdir, name):
+    port = R.free_port()
+    return R.Server("cellar", [cfg["cellar_bin"], "--root", root, "--bind", "127.0.0.1",
+                               "--port", str(port), "--threads", str(cfg["threads"])],
+                    "/healthz", port, os.path.join(workdir, f"cellar-{name}.log"))
+
+
+def timed_get(url, timeout=600):
+    """(seconds, status, headers, body) of one GET."""
+    t0 = time.perf_counter()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            body = r.read()
+            status, headers = r.status, r.headers
+    except urllib.error.HTTPError as e:
+        body, status, headers = e.read(), e.code, e.headers
+    return time.perf_counter() - t0, status, headers, body
+
+
+def cache_bytes(base):
+    _, status, _, body = timed_get(base + "/metrics", timeout=30)
+    if status != 200:
+        return None
+    for line in body.decode().splitlines():
+        if line.startswith("cellar_cache_bytes "):
+            return int(float(line.split()[1]))
+    return None
+
+
+def cpu_ticks(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])   # utime + stime
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def python_ref(args, timeout=3600):
+    out = subprocess.run([sys.executable, os.path.join(R.HERE, "py_ref.py")] + args,
+                         capture_output=True, text=True, timeout=timeout)
+    for line in out.stdout.splitlines():
+        if line.startswith("PY_RESULT "):
+            return json.loads(line[len("PY_RESULT "):])
+    raise RuntimeError(f"py_ref {args[0]} failed: {out.stderr[-800:]}")
+
+
+def wrk_paths(cfg, workdir, base, name, paths, connections, cpu_pid=None, cycle=False):
+    """wrk over a list of paths (bench/wrk/paths.lua); with cpu_pid, the
+    server's CPU use over the measured part (percent of one core)."""
+    path_file = os.path.join(workdir, f"paths-{name}.txt")
+    with open(path_file, "w") as f:
+        f.write("".join(p + "\n" for p in paths))
+    env = {"BENCH_PATHS": path_file, "BENCH_ORDER": "cycle" if cycle else "random"}
+    script = os.path.join(R.LUA_DIR, "paths.lua")
+    if cfg["warmup"] > 0:
+        R.run_wrk(base + "/", connections, cfg["warmup"], cfg, script=script, extra_env=env,
+                  warmup=False)
+    t0, c0 = time.time(), cpu_ticks(cpu_pid) if cpu_pid else None
+    res = R.run_wrk(base + "/", connections, cfg["duration"], cfg, script=script,
+                    extra_env=env, warmup=False)
+    if cpu_pid:
+        c1 = cpu_ticks(cpu_pid)
+        if c0 is not None and c1 is not None:
+            res["cpu_pct"] = 100.0 * (c1 - c0) / CLK_TCK / max(time.time() - t0, 1e-6)
+    R.log(f"{name} c{connections}: {res['rps']:.0f} req/s p50 {res['p50_us']}us "
+          f"p99 {res['p99_us']}us errors {res['errors']}"
+          + (f" cpu {res['cpu_pct']:.0f}%" if "cpu_pct" in res else ""))
+    return res
+
+
+def mb(kb):
+    """MB (MiB) from kB, as /proc reports."""
+    return f"{kb / 1024:,.1f}" if kb is not None else "—"
+
+
+def mbb(nbytes):
+    """MB (MiB) from bytes."""
+    return f"{nbytes / 1048576:,.1f}" if nbytes is not None else "—"
+
+
+def fmt_s(s):
+    return f"{s * 1000:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def enc(s):
+    return urllib.parse.quote(s, safe="")
+
+
+# --------------------------------------------------------------------------
+# Trees (issue 4)
+
+TREE_STORES = ("trees.h5td", "trees.zarr")
+TREE_FIRST_RUNS = 3
+
+
+def tree_queries(m):
+    leaves, internal = m["leaves"], m["internal"]
+    n = m["n_leaves"]
+    window = max(2, n // 50)
+    zooms = []
+    for k in range(32):
+        y0 = (n - window) * k // 31
+        zooms.append(f"viewport?y0={y0}&y1={y0 + window}&max_nodes=2000")
+    return [
+        ("node", "node (attributes, children)", [f"nodes/{enc(x)}" for x in internal + leaves]),
+        ("ancestors", "ancestors of a leaf", [f"ancestors?node={enc(x)}" for x in leaves]),
+        ("subtree", "subtree, depth 3", [f"subtree?root={enc(x)}&depth=3" for x in internal]),
+        ("lca", "lca of 2 leaves", [f"lca?nodes={enc(leaves[i])},{enc(leaves[-1 - i])}"
+                                    for i in range(128)]),
+        ("viewport_full", "viewport, whole tree, 2000 nodes max", ["viewport?max_nodes=2000"]),
+        ("viewport_zoom", "viewport, 1/50 of the leaves, 2000 nodes max", zooms),
+    ]
+
+
+def first_answer(cfg, root, workdir, store, m):
+    """A fresh cellar per run: RSS before, the first tree request (store
+    open, JSON parse and index), RSS and cache after, a second request."""
+    url_path = f"/v1/stores/{store}/obst/lineage/nodes/{enc(m['root'])}"
+    runs = []
+    for i in range(TREE_FIRST_RUNS):
+        srv = start_cellar(cfg, root, workdir, f"trees-first-{i}")
+        try:
+            rss0 = R.read_status_kb(srv.pid(), "VmRSS")
+            secs, status, _, body = timed_get(srv.base + url_path)
+            if status != 200:
+                raise RuntimeError(f"{store}: first tree request answered {status}: {body[:300]!r}")
+            rss1 = R.read_status_kb(srv.pid(), "VmRSS")
+            hwm = R.read_status_kb(srv.pid(), "VmHWM")
+            cb = cache_bytes(srv.base)
+            second, _, _, _ = timed_get(srv.base + url_path)
+            runs.append({"seconds": secs, "second_s": second, "rss0_kb": rss0, "rss1_kb": rss1,
+                         "hwm_kb": hwm, "cache_bytes": cb})
+            R.log(f"{store} first answer {secs * 1000:.0f} ms, rss {rss0} -> {rss1} kB "
+                  f"(peak {hwm}), cache {cb}")
+        finally:
+            srv.stop()
+    runs.sort(key=lambda r: r["seconds"])
+    med = runs[len(runs) // 2]
+    return {"seconds": med["seconds"], "all_s": [r["seconds"] for r in runs],
+            "second_s": statistics.median(r["second_s"] for r in runs),
+            "rss0_kb": med["rss0_kb"], "rss1_kb": med["rss1_kb"],
+            "hwm_kb": max(r["hwm_kb"] or 0 for r in runs),
+            "growth_kb": max((r["rss1_kb"] or 0) - (r["rss0_kb"] or 0) for r in runs),
+            "peak_growth_kb": max((r["hwm_kb"] or 0) - (r["rss0_kb"] or 0) for r in runs),
+            "cache_bytes": med["cache_bytes"]}
+
+
+def run_trees(cfg, workdir):
+    scale = cfg["scale"]
+    root = os.path.join(R.HERE, "data", f"trees-{scale:g}")
+    m = ensure_data("make_trees.py", root, scale, "TREES_VERSION")
+    os.chmod(root, 0o755)
+    out = {"manifest": m, "stores": {}}
+    queries = tree_queries(m)
+    conns = sorted({1, cfg["connections"]})
+    for store in TREE_STORES:
+        st = out["stores"][store] = {}
+        st["first"] = first_answer(cfg, root, workdir, store, m)
+        R.log(f"{store}: Python reference (treedata)")
+        st["python"] = python_ref(["tree", os.path.join(root, store)])
+        R.log(f"{store}: Python {st['python']['seconds']:.2f} s")
+        srv = start_cellar(cfg, root, workdir, f"trees-{store}")
+        try:
+            R.reset_peak_rss(srv.pid())
+            base_path = f"/v1/stores/{store}/obst/lineage/"
+            for qid, _, paths in queries:
+                full = [base_path + p for p in paths]
+                _, status, _, body = timed_get(srv.base + full[0])
+                if status != 200:
+                    st[qid] = {"note": f"HTTP {status}"}
+                    R.log(f"{store} {qid}: HTTP {status} {body[:300]!r}")
+                    continue
+                st[qid] = {"body_bytes": len(body)}
+                for c in conns:
+                    st[qid][c] = wrk_paths(cfg, workdir, srv.base, f"{store}-{qid}", full, c)
+            st["hwm_kb"] = R.read_status_kb(srv.pid(), "VmHWM")
+        finally:
+            srv.stop()
+    out["conns"] = conns
+    return tree_markdown(cfg, out, queries), tree_targets(out, queries)
+
+
+def tree_targets(out, queries):
+    t = []
+    jb = out["manifest"]["json_bytes"]
+    for store, st in out["stores"].items():
+        f, py = st["first"], st["python"]
+        r = py["seconds"] / f["seconds"]
+        t.append((f"{store}: first answer >= 15x faster than treedata's read + networkx graph",
+                  r >= 15, f"{r:.1f}x ({fmt_s(f['seconds'])} vs {py['seconds']:.2f} s)"))
+        cb = f["cache_bytes"] or 0
+        t.append((f"{store}: index memory (cellar_cache_bytes) under 2x the JSON "
+                  f"({mbb(jb)} MB)", cb < 2 * jb, f"{cb / jb:.2f}x ({mbb(cb)} MB)"))
+        pg = f["peak_growth_kb"] * 1024
+        t.append((f"{store}: peak RSS growth across the first request under 2x the JSON",
+                  pg < 2 * jb, f"{pg / jb:.2f}x ({mbb(pg)} MB; RSS after it "
+                               f"+{mb(f['growth_kb'])} MB)"))
+        for qid, label, _ in queries:
+            q = st.get(qid) or {}
+            limit = 20 if qid.startswith("viewport") else 1
+            for c in out["conns"]:
+                if c not in q:
+                    continue
+                p50 = q[c]["p50_us"] / 1000
+                t.append((f"{store}: {label}, p50 under {limit} ms ({c} conn.)", p50 < limit,
+                          f"{R.fmt_ms(q[c]['p50_us'])} ms"))
+    return t
+
+
+def tree_markdown(cfg, out, queries):
+    m = out["manifest"]
+    lines = []
+    lines.append(f"Data (`bench/make_trees.py`, seed {m['seed']}, BENCH_SCALE={m['scale']:g}): "
+                 f"one random binary tree (coalescent), {m['n_nodes']:,} nodes, "
+                 f"{m['n_leaves']:,} leaves, depth up to {m['max_depth']} (leaves "
+                 f"{m['mean_leaf_depth']} on average), `length` on every edge, node "
+                 f"attributes `time` (float) and `state` (string). treedata's JSON string: "
+                 f"{m['json_bytes']:,} bytes; files: "
+                 + ", ".join(f"`{k}` {v / 1e6:,.1f} MB" for k, v in m["files"].items())
+                 + ". BENCH_SCALE=1 is 999,999 nodes, the quick run (0.1) 99,999.")
+    lines.append("")
+    lines.append("### First answer and memory")
+    lines.append("")
+    lines.append("| store | cellar first answer | runs (s) | second answer | treedata read + graph "
+                 "| ratio | cellar RSS before -> after MB | RSS growth MB (peak) | "
+                 "cellar_cache_bytes MB | cache / JSON | peak growth / JSON | Python peak RSS MB |")
+    lines.append("|" + "---|" * 12)
+    jb = m["json_bytes"]
+    for store, st in out["stores"].items():
+        f, py = st["first"], st["python"]
+        cb = f["cache_bytes"] or 0
+        lines.append(
+            f"| `{store}` | {fmt_s(f['seconds'])} | {', '.join(f'{s:.3f}' for s in f['all_s'])} | "
+            f"{fmt_s(f['second_s'])} | {py['seconds']:.2f} s | "
+            f"{py['seconds'] / f['seconds']:.1f}x | {mb(f['rss0_kb'])} -> {mb(f['rss1_kb'])} | "
+            f"{mb(f['growth_kb'])} ({mb(f['peak_growth_kb'])}) | {mbb(cb)} | {cb / jb:.2f} | "
+            f"{f['peak_growth_kb'] * 1024 / jb:.2f} | {mb(py['rss_kb'])} |")
+    lines.append("")
+    lines.append(f"The first answer is `GET /v1/stores/{{store}}/obst/lineage/nodes/{m['root']}` "
+                 f"(the root) on a freshly started cellar: opening the store, reading and "
+                 f"parsing the trees and building the index happen in it; median of "
+                 f"{TREE_FIRST_RUNS} fresh processes (files in the page cache for both sides). "
+                 "The reference is `treedata.read_h5td(path)` (`read_zarr` for the zarr "
+                 "store), which parses the JSON (zarr: the columns) and builds the networkx "
+                 "DiGraph, in a fresh Python (imports not timed), once. Index memory: "
+                 "`cellar_cache_bytes` from `/metrics` after the first answer, and cellar's "
+                 "RSS growth across the first request (after it; in parentheses the peak, "
+                 "VmHWM minus the RSS before), against the JSON string's size (the zarr "
+                 "store holds columns instead, compared with the same JSON size).")
+    lines.append("")
+    lines.append("### Queries")
+    lines.append("")
+    head = "| query | store | body bytes (first path) |"
+    for c in out["conns"]:
+        head += f" req/s c{c} | p50 ms c{c} | p99 ms c{c} |"
+    lines.append(head + " errors |")
+    lines.append("|" + "---|" * (4 + 3 * len(out["conns"])))
+    for qid, label, paths in queries:
+        for store, st in out["stores"].items():
+            q = st.get(qid) or {}
+            if "note" in q:
+                lines.append(f"| {label} | `{store}` | {q['note']} |" + " |" * (1 + 3 * len(out["conns"])))
+                continue
+            row = f"| {label} ({len(paths)} paths) | `{store}` | {q.get('body_bytes', '—')} |"
+            errors = 0
+            for c in out["conns"]:
+                r = q.get(c)
+                if not r:
+                    row += " — | — | — |"
+                    continue
+                errors += r["errors"]
+                row += f" {r['rps']:,.0f} | {R.fmt_ms(r['p50_us'])} | {R.fmt_ms(r['p99_us'])} |"
+            lines.append(row + f" {errors} |")
+    lines.append("")
+    ex = {qid: paths[0] for qid, _, paths in queries}
+    lines.append("Each query draws its path at random from a list (`bench/wrk/paths.lua`) "
+                 "under `/v1/stores/{store}/obst/lineage/`, e.g. "
+                 + "; ".join(f"`{p}`" for p in ex.values())
+                 + ". Node ids are random leaves and internal nodes (seeded); the lca pairs "
+                 "are two random leaves; the zoomed viewports are 32 windows of 1/50 of the "
+                 "leaf ranks over the whole x range. Peak RSS over the query runs: "
+                 + ", ".join(f"`{s}` {mb(st.get('hwm_kb'))} MB" for s, st in out["stores"].items())
+                 + ".")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------
+# Matrices (issue 5)
+
+MATRIX_STORES = ("matrix.h5ad", "matrix.zarr")
+MATRIX_CONNS = (1, 64)
+
+
+def matrix_queries(m, store):
+    s = f"/v1/stores/{store}"
+    return [
+        ("x_gene", "one gene's column, dense float32 (`format=bin`)",
+         [f"{s}/X?var_names={g}&format=bin" for g in m["gene_names"]]),
+        ("x_rows", "100 cells' rows (`layout=csr`, JSON)",
+         [f"{s}/X?rows={r}:{r + 100}&layout=csr" for r in m["row_starts"]]),
+        ("obsm", "obsm X_umap, all cells, 2 columns (`format=bin`)",
+         [f"{s}/obsm/X_umap?format=bin"]),
+    ]
+
+
+def h5grove_queries(root, m):
+    """h5grove's requests for the same selections, grouped: each group is
+    one logical request (paths.lua cycles through them in order)."""
+    import h5py
+
+    f = "file=matrix.h5ad"
+    rows = []
+    with h5py.File(os.path.join(root, "matrix.h5ad"), "r") as h5:
+        indptr = h5["X/indptr"]
+        for r in m["row_starts"]:
+            a, b = int(indptr[r]), int(indptr[r + 100])
+            rows.append([f"/data?{f}&path=/X/indptr&selection={r}:{r + 101}&format=bin",
+                         f"/data?{f}&path=/X/indices&selection={a}:{b}&format=bin",
+                         f"/data?{f}&path=/X/data&selection={a}:{b}&format=bin"])
+    return {"x_rows": rows, "obsm": [[f"/data?{f}&path=/obsm/X_umap&format=bin"]]}
+
+
+def column_index_state(base, store):
+    _, status, _, body = timed_get(f"{base}/v1/stores/{store}", timeout=60)
+    if status != 200:
+        return None, None
+    x = json.loads(body).get("X") or {}
+    ci = x.get("column_index") or {}
+    return ci.get("state"), ci.get("bytes")
+
+
+def run_matrix_store(cfg, root, workdir, store, m):
+    st = {}
+    srv = start_cellar(cfg, root, workdir, f"matrix-{store}")
+    try:
+        pid = srv.pid()
+        queries = matrix_queries(m, store)
+        gene_path = queries[0][2][0]
+        rss0 = R.read_status_kb(pid, "VmRSS")
+        secs, status, headers, body = timed_get(srv.base + gene_path)
+        if status != 200:
+            raise RuntimeError(f"{store}: gene column answered {status}: {body[:300]!r}")
+        st["scan"] = {"seconds": secs, "header": headers.get("X-Column-Index"),
+                      "body_bytes": len(body)}
+        R.log(f"{store}: first gene column {secs * 1000:.0f} ms, "
+              f"X-Column-Index: {st['scan']['header']}")
+        t0 = time.time()
+        state, nbytes = column_index_state(srv.base, store)
+        while state in ("absent", "building") and time.time() - t0 < 1800:
+            time.sleep(0.2)
+            state, nbytes = column_index_state(srv.base, store)
+        st["index"] = {"state": state, "bytes": nbytes, "wait_s": time.time() - t0 + secs,
+                       "rss_kb": R.read_status_kb(pid, "VmRSS"), "rss0_kb": rss0}
+        R.log(f"{store}: column index {state} after {st['index']['wait_s']:.1f} s, "
+              f"{nbytes} bytes")
+        secs, status, headers, _ = timed_get(srv.base + gene_path)
+        st["indexed"] = {"seconds": secs, "header": headers.get("X-Column-Index")}
+        R.reset_peak_rss(pid)
+        for qid, _, paths in queries:
+            _, status, _, body = timed_get(srv.base + paths[0])
+            if status != 200:
+                st[qid] = {"note": f"HTTP {status}"}
+                R.log(f"{store} {qid}: HTTP {status} {body[:300]!r}")
+                continue
+            st[qid] = {"body_bytes": len(body)}
+            for c in MATRIX_CONNS:
+                st[qid][c] = wrk_paths(cfg, workdir, srv.base, f"{store}-{qid}", paths, c,
+                                       cpu_pid=pid)
+        st["hwm_kb"] = R.read_status_kb(pid, "VmHWM")
+    finally:
+        srv.stop()
+    R.log(f"{store}: Python reference (anndata backed)")
+    st["python"] = python_ref(["matrix", os.path.join(root, store),
+                               os.path.join(root, "manifest.json"),
+                               str(max(2.0, cfg["duration"]))])
+    return st
+
+
+def run_matrices(cfg, workdir):
+    scale = cfg["scale"]
+    root = os.path.join(R.HERE, "data", f"matrix-{scale:g}")
+    m = ensure_data("make_matrix.py", root, scale, "MATRIX_VERSION")
+    os.chmod(root, 0o755)
+    out = {"manifest": m, "stores": {}}
+    for store in MATRIX_STORES:
+        out["stores"][store] = run_matrix_store(cfg, root, workdir, store, m)
+    out["h5grove"] = {}
+    if "h5grove" in cfg["refs"]:
+        port = R.free_port()
+        try:
+            srv = R.Server("h5grove", [sys.executable, os.path.join(R.HERE, "h5grove_server.py"),
+                                       root, str(port)], "/", port,
+                           os.path.join(workdir, "h5grove-matrix.log"))
+        except Exception as e:  # noqa: BLE001 - reported, not fatal
+            R.log(f"h5grove did not start: {e}")
+            srv = None
+        if srv:
+            try:
+                for qid, groups in h5grove_queries(root, m).items():
+                    bad = None
+                    for p in groups[0]:
+                        _, status, _, body = timed_get(srv.base + p)
+                        if status != 200:
+                            bad = f"HTTP {status}"
+                            R.log(f"h5grove {qid}: {p} HTTP {status} {body[:300]!r}")
+                    if bad:
+                        out["h5grove"][qid] = {"note": bad}
+                        continue
+                    flat = [p for g in groups for p in g]
+                    res = out["h5grove"][qid] = {"per_logical": len(groups[0]),
+                                                 "example": groups[0]}
+                    for c in MATRIX_CONNS:
+                        res[c] = wrk_paths(cfg, workdir, srv.base, f"h5grove-{qid}", flat, c,
+                                           cycle=True)
+            finally:
+                srv.stop()
+    return matrix_markdown(cfg, out), matrix_targets(out)
+
+
+def logical_rps(res, k):
+    return res["rps"] / k
+
+
+def matrix_targets(out):
+    t = []
+    for store, st in out["stores"].items():
+        g = st.get("x_gene") or {}
+        for c in MATRIX_CONNS:
+            if c in g:
+                p50 = g[c]["p50_us"] / 1000
+                t.append((f"{store}: gene column p50 under 10 ms once indexed ({c} conn.)",
+                          p50 < 10 and st["index"]["state"] == "ready",
+                          f"{R.fmt_ms(g[c]['p50_us'])} ms (index {st['index']['state']})"))
+        if 64 in g:
+            cpu = [st[q][64].get("cpu_pct") for q in ("x_gene", "x_rows", "obsm")
+                   if isinstance(st.get(q), dict) and 64 in st[q]]
+            cpu = [c for c in cpu if c is not None]
+            if cpu:
+                t.append((f"{store}: 64 connections use both cores (cellar CPU over 100% of "
+                          "one core, each query)", min(cpu) > 100,
+                          ", ".join(f"{c:.0f}%" for c in cpu)))
+    st = out["stores"].get("matrix.h5ad", {})
+    for qid, h in out["h5grove"].items():
+        for c in MATRIX_CONNS:
+            if c not in h or not isinstance(st.get(qid), dict) or c not in st[qid]:
+                continue
+            r = st[qid][c]["rps"] / logical_rps(h[c], h["per_logical"])
+            t.append((f"matrix.h5ad {qid}: >= 20x h5grove's requests/s ({c} conn.)", r >= 20,
+                      f"{r:.1f}x"))
+    return t
+
+
+def matrix_markdown(cfg, out):
+    m = out["manifest"]
+    L = []
+    L.append(f"Data (`bench/make_matrix.py`, seed {m['seed']}, BENCH_SCALE={m['scale']:g}): "
+             f"{m['cells']:,} cells x {m['genes']:,} genes, CSR float32, {m['nnz']:,} "
+             f"stored values ({m['nnz'] / m['cells']:.0f} per cell: {m['per_cell']} genes drawn "
+             "per cell, duplicates dropped), written block by block with anndata's "
+             "`write_elem` + `sparse_dataset(...).append`; `data`/`indices` in chunks of "
+             f"{m['chunk']:,} entries (h5ad: uncompressed; zarr v3: shards of {m['shard']:,} "
+             "entries, zstd); obsm X_umap float32. Files: "
+             + ", ".join(f"`{k}` {v / 1e6:,.0f} MB" for k, v in m["files"].items())
+             + ". BENCH_SCALE=1 is 200,000 cells (~195M values); the quick run (0.1) "
+             "20,000 cells with the same genes and values per cell (~19.5M values).")
+    L.append("")
+    L.append("### Column index")
+    L.append("")
+    L.append("| store | first gene column (scan) | X-Column-Index then | index ready after "
+             "| index bytes | RSS before -> after index MB | same gene, indexed | header |")
+    L.append("|" + "---|" * 8)
+    for store, st in out["stores"].items():
+        sc, ix, ie = st["scan"], st["index"], st["indexed"]
+        L.append(f"| `{store}` | {fmt_s(sc['seconds'])} | `{sc['header']}` | "
+                 f"{ix['wait_s']:.1f} s ({ix['state']}) | "
+                 f"{ix['bytes'] / 1e6 if ix['bytes'] else 0:,.0f} MB | "
+                 f"{mb(ix['rss0_kb'])} -> {mb(ix['rss_kb'])} | {fmt_s(ie['seconds'])} | "
+                 f"`{ie['header']}` |")
+    L.append("")
+    L.append("The first gene column goes to a freshly started cellar (the store is opened in "
+             "it); the index state is then polled from the summary "
+             "(`X.column_index.state`) until `ready`; every measured row below runs after that.")
+    L.append("")
+    L.append("### Queries")
+    L.append("")
+    head = "| query | server | body bytes |"
+    for c in MATRIX_CONNS:
+        head += f" req/s c{c} | p50 ms c{c} | p99 ms c{c} |"
+    head += " cellar CPU c64 | ratio to h5grove c1 | c64 | anndata per call | ratio to anndata (c1 p50) |"
+    L.append(head)
+    L.append("|" + "---|" * (3 + 3 * len(MATRIX_CONNS) + 5))
+    labels = {q: lbl for q, lbl, _ in matrix_queries(m, "")}
+    for qid in ("x_gene", "x_rows", "obsm"):
+        for store, st in out["stores"].items():
+            q = st.get(qid) or {}
+            if "note" in q:
+                L.append(f"| {labels[qid]} | cellar `{store}` | {q['note']} |"
+                         + " |" * (3 * len(MATRIX_CONNS) + 5))
+                continue
+            row = f"| {labels[qid]} | cellar `{store}` | {q.get('body_bytes', '—')} |"
+            for c in MATRIX_CONNS:
+                r = q.get(c)
+                row += (f" {r['rps']:,.0f} | {R.fmt_ms(r['p50_us'])} | {R.fmt_ms(r['p99_us'])} |"
+                        if r else " — | — | — |")
+            cpu = (q.get(64) or {}).get("cpu_pct")
+            row += f" {cpu:.0f}% |" if cpu is not None else " — |"
+            h = out["h5grove"].get(qid)
+            for c in MATRIX_CONNS:
+                if store == "matrix.h5ad" and h and c in h and c in q:
+                    row += f" {q[c]['rps'] / logical_rps(h[c], h['per_logical']):.1f}x |"
+                else:
+                    row += " — |"
+            py = st["python"].get(qid)
+            if py and 1 in q:
+                row += (f" {fmt_s(py['median_s'])} | "
+                        f"{py['median_s'] * 1e6 / max(q[1]['p50_us'], 1):.1f}x |")
+            else:
+                row += " — | — |"
+            L.append(row)
+        h = out["h5grove"].get(qid)
+        if h and "note" in h:
+            L.append(f"| {labels[qid]} | h5grove | {h['note']} |" + " |" * (3 * len(MATRIX_CONNS) + 5))
+        elif h:
+            row = f"| {labels[qid]} | h5grove ({h['per_logical']} request(s) each) | — |"
+            for c in MATRIX_CONNS:
+                r = h.get(c)
+                row += (f" {logical_rps(r, h['per_logical']):,.0f} | {R.fmt_ms(r['p50_us'])} | "
+                        f"{R.fmt_ms(r['p99_us'])} |" if r else " — | — | — |")
+            L.append(row + " — | — | — | — | — |")
+        elif qid == "x_gene":
+            L.append(f"| {labels[qid]} | h5grove | not expressible: a CSR column needs all of "
+                     "`X/indices` |" + " |" * (3 * len(MATRIX_CONNS) + 5))
+    L.append("")
+    py = {s: st["python"] for s, st in out["stores"].items()}
+    L.append("- cellar: genes drawn at random from 256 (seeded), rows from 64 starts "
+             "(`rows=s:s+100`); e.g. " + "; ".join(
+                 f"`{p[0]}`" for _, _, p in matrix_queries(m, "matrix.h5ad")) + ". CPU is "
+             "cellar's user + system time over the measured 64-connection run (from "
+             "`/proc/<pid>/stat`), in percent of one core (200% = both cores; wrk runs on "
+             "the same two cores).")
+    ex = out["h5grove"].get("x_rows", {}).get("example")
+    if ex:
+        L.append("- h5grove (from PyPI, `bench/h5grove_server.py`, one tornado process) on "
+                 "the same `.h5ad`: 100 rows are 3 requests (`X/indptr` slice, then the "
+                 "`X/indices` and `X/data` ranges it gives), cycled in order, e.g. "
+                 + ", ".join(f"`{p}`" for p in ex) + "; its req/s column counts those "
+                 "3-request groups (wrk's req/s / 3), its latencies are per request. "
+                 "obsm is one request `/data?file=matrix.h5ad&path=/obsm/X_umap&format=bin`. "
+                 "Ratios are cellar's req/s (`.h5ad`) over h5grove's.")
+    L.append("- anndata (Python, same run, one call at a time): "
+             + "; ".join(f"`{s}` by `{p['how']}` (open {fmt_s(p['open_s'])}, peak RSS "
+                         f"{mb(p['rss_kb'])} MB)" for s, p in py.items())
+             + ". Gene: `X[:, j].toarray()`; rows: `X[s:s+100]`; obsm: "
+             "`anndata.io.read_elem` of `obsm/X_umap`. Median seconds per call; the ratio "
+             "is that over cellar's p50 at 1 connection (HTTP included).")
+    return "\n".join(L)
