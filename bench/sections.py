@@ -78,6 +78,14 @@ def cpu_ticks(pid):
         return None
 
 
+def machine_ticks():
+    """(busy, total) jiffies of all cores, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    return sum(v[:8]) - idle, sum(v[:8])
+
+
 def python_ref(args, timeout=3600):
     out = subprocess.run([sys.executable, os.path.join(R.HERE, "py_ref.py")] + args,
                          capture_output=True, text=True, timeout=timeout)
@@ -99,15 +107,20 @@ def wrk_paths(cfg, workdir, base, name, paths, connections, cpu_pid=None, cycle=
         R.run_wrk(base + "/", connections, cfg["warmup"], cfg, script=script, extra_env=env,
                   warmup=False)
     t0, c0 = time.time(), cpu_ticks(cpu_pid) if cpu_pid else None
+    m0 = machine_ticks()
     res = R.run_wrk(base + "/", connections, cfg["duration"], cfg, script=script,
                     extra_env=env, warmup=False)
+    m1 = machine_ticks()
+    # The whole machine's busy share, in percent of one core (200% = two).
+    res["machine_pct"] = 100.0 * (os.cpu_count() or 1) * (m1[0] - m0[0]) / max(m1[1] - m0[1], 1)
     if cpu_pid:
         c1 = cpu_ticks(cpu_pid)
         if c0 is not None and c1 is not None:
             res["cpu_pct"] = 100.0 * (c1 - c0) / CLK_TCK / max(time.time() - t0, 1e-6)
     R.log(f"{name} c{connections}: {res['rps']:.0f} req/s p50 {res['p50_us']}us "
           f"p99 {res['p99_us']}us errors {res['errors']}"
-          + (f" cpu {res['cpu_pct']:.0f}%" if "cpu_pct" in res else ""))
+          + (f" cpu {res['cpu_pct']:.0f}%" if "cpu_pct" in res else "")
+          + f" machine {res['machine_pct']:.0f}%")
     return res
 
 
@@ -215,7 +228,8 @@ def run_trees(cfg, workdir):
                     continue
                 st[qid] = {"body_bytes": len(body)}
                 for c in conns:
-                    st[qid][c] = wrk_paths(cfg, workdir, srv.base, f"{store}-{qid}", full, c)
+                    st[qid][c] = wrk_paths(cfg, workdir, srv.base, f"{store}-{qid}", full, c,
+                                           cpu_pid=srv.pid())
             st["hwm_kb"] = R.read_status_kb(srv.pid(), "VmHWM")
         finally:
             srv.stop()
@@ -296,13 +310,14 @@ def tree_markdown(cfg, out, queries):
     head = "| query | store | body bytes (first path) |"
     for c in out["conns"]:
         head += f" req/s c{c} | p50 ms c{c} | p99 ms c{c} |"
-    lines.append(head + " errors |")
-    lines.append("|" + "---|" * (4 + 3 * len(out["conns"])))
+    cmax = out["conns"][-1]
+    lines.append(head + f" cellar CPU c{cmax} (machine) | errors |")
+    lines.append("|" + "---|" * (5 + 3 * len(out["conns"])))
     for qid, label, paths in queries:
         for store, st in out["stores"].items():
             q = st.get(qid) or {}
             if "note" in q:
-                lines.append(f"| {label} | `{store}` | {q['note']} |" + " |" * (1 + 3 * len(out["conns"])))
+                lines.append(f"| {label} | `{store}` | {q['note']} |" + " |" * (2 + 3 * len(out["conns"])))
                 continue
             row = f"| {label} ({len(paths)} paths) | `{store}` | {q.get('body_bytes', '—')} |"
             errors = 0
@@ -313,13 +328,20 @@ def tree_markdown(cfg, out, queries):
                     continue
                 errors += r["errors"]
                 row += f" {r['rps']:,.0f} | {R.fmt_ms(r['p50_us'])} | {R.fmt_ms(r['p99_us'])} |"
+            r = q.get(cmax) or {}
+            row += (f" {r['cpu_pct']:.0f}% ({r['machine_pct']:.0f}%) |" if "cpu_pct" in r
+                    else " — |")
             lines.append(row + f" {errors} |")
     lines.append("")
     ex = {qid: paths[0] for qid, _, paths in queries}
     lines.append("Each query draws its path at random from a list (`bench/wrk/paths.lua`) "
                  "under `/v1/stores/{store}/obst/lineage/`, e.g. "
                  + "; ".join(f"`{p}`" for p in ex.values())
-                 + ". Node ids are random leaves and internal nodes (seeded); the lca pairs "
+                 + ". CPU: cellar's user + system time over the measured run at the most "
+                 "connections, in percent of one core (200% = both), and in parentheses the "
+                 "whole machine's (cellar, wrk and anything else running); a p50 at many "
+                 "connections on two cores is mostly queueing (16 connections, 2 threads)."
+                 " Node ids are random leaves and internal nodes (seeded); the lca pairs "
                  "are two random leaves; the zoomed viewports are 32 windows of 1/50 of the "
                  "leaf ranks over the whole x range. Peak RSS over the query runs: "
                  + ", ".join(f"`{s}` {mb(st.get('hwm_kb'))} MB" for s, st in out["stores"].items())
@@ -546,7 +568,8 @@ def matrix_markdown(cfg, out):
                 row += (f" {r['rps']:,.0f} | {R.fmt_ms(r['p50_us'])} | {R.fmt_ms(r['p99_us'])} |"
                         if r else " — | — | — |")
             cpu = (q.get(64) or {}).get("cpu_pct")
-            row += f" {cpu:.0f}% |" if cpu is not None else " — |"
+            row += (f" {cpu:.0f}% (machine {q[64]['machine_pct']:.0f}%) |"
+                    if cpu is not None else " — |")
             h = out["h5grove"].get(qid)
             for c in MATRIX_CONNS:
                 if store == "matrix.h5ad" and h and c in h and c in q:
@@ -579,8 +602,9 @@ def matrix_markdown(cfg, out):
              "(`rows=s:s+100`); e.g. " + "; ".join(
                  f"`{p[0]}`" for _, _, p in matrix_queries(m, "matrix.h5ad")) + ". CPU is "
              "cellar's user + system time over the measured 64-connection run (from "
-             "`/proc/<pid>/stat`), in percent of one core (200% = both cores; wrk runs on "
-             "the same two cores).")
+             "`/proc/<pid>/stat`), in percent of one core (200% = both cores); in parentheses "
+             "the whole machine's busy share over the same run (`/proc/stat`): cellar, wrk "
+             "(same two cores) and anything else running.")
     ex = out["h5grove"].get("x_rows", {}).get("example")
     if ex:
         L.append("- h5grove (from PyPI, `bench/h5grove_server.py`, one tornado process) on "
