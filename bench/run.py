@@ -678,7 +678,7 @@ uses), so the RSS is that scenario's own.
 
 
 SECTIONS = ("trees", "matrices")
-SECTION_RE = re.compile(r"<!-- bench:(\w+) -->\n.*?<!-- /bench:\1 -->\n?", re.S)
+SECTION_RE = re.compile(r"<!-- bench:([\w@.]+) -->\n.*?<!-- /bench:\1 -->\n?", re.S)
 
 
 def old_sections(path):
@@ -688,7 +688,7 @@ def old_sections(path):
             text = f.read()
     except OSError:
         return "# Benchmarks\n", {}
-    blocks = {m.group(1): m.group(0) for m in SECTION_RE.finditer(text)}
+    blocks = {m.group(1): m.group(0) for m in SECTION_RE.finditer(text) if "@" in m.group(1)}
     return SECTION_RE.sub("", text), blocks
 
 
@@ -799,12 +799,18 @@ def main():
         t1 = time.time()
         body, targets = fn(cfg, workdir)
         all_targets += targets
-        blocks[name] = section_block(name, title, cfg, info, body, targets, time.time() - t1)
+        # One block per section and scale: a full run does not drop the quick one.
+        key = f"{name}@{cfg['scale']:g}"
+        blocks[key] = section_block(key, f"{title}, BENCH_SCALE={cfg['scale']:g}", cfg, info,
+                                    body, targets, time.time() - t1)
         print(body)
     text = core_text.rstrip("\n") + "\n"
-    for name in SECTIONS:
-        if name in blocks:
-            text += "\n" + blocks[name].rstrip("\n") + "\n"
+    def order(key):
+        name, _, scale = key.partition("@")
+        rank = SECTIONS.index(name) if name in SECTIONS else len(SECTIONS)
+        return rank, -float(scale or 0)
+    for key in sorted(blocks, key=order):
+        text += "\n" + blocks[key].rstrip("\n") + "\n"
     with open(cfg["out"], "w") as f:
         f.write(text)
     print()
