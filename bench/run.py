@@ -765,7 +765,7 @@ def main():
     workdir = os.path.join(HERE, "data", f"run-{os.getpid()}")
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
-    core_text, blocks = old_sections(cfg["out"])
+    core_text, blocks = None, {}
     info = machine_info(cfg)
     all_targets = []
     if run_core:
@@ -804,7 +804,11 @@ def main():
         blocks[key] = section_block(key, f"{title}, BENCH_SCALE={cfg['scale']:g}", cfg, info,
                                     body, targets, time.time() - t1)
         print(body)
-    text = core_text.rstrip("\n") + "\n"
+    # The file as it is now (another run may have rewritten it meanwhile):
+    # its other parts are kept.
+    old_core, old_blocks = old_sections(cfg["out"])
+    blocks = {**old_blocks, **blocks}
+    text = (core_text or old_core).rstrip("\n") + "\n"
     def order(key):
         name, _, scale = key.partition("@")
         rank = SECTIONS.index(name) if name in SECTIONS else len(SECTIONS)
