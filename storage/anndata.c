@@ -597,7 +597,7 @@ static int frame_open_index(node *group, frame *out, cellar_error *err)
     return 0;
 }
 
-int frame_open(node *group, arena *a, frame *out, cellar_error *err)
+static int frame_parse(node *group, arena *a, frame *out, cellar_error *err)
 {
     int rc = frame_open_index(group, out, err);
     if (rc)
@@ -623,6 +623,55 @@ int frame_open(node *group, arena *a, frame *out, cellar_error *err)
         }
     }
     out->n_columns = n;
+    return 0;
+}
+
+/* A parsed frame kept on its group node (node_memo): the group's
+ * attributes and children never change within a store version. */
+typedef struct frame_memo {
+    arena *a;
+    frame f;
+} frame_memo;
+
+static const char frame_memo_key = 0;
+
+static void frame_memo_free(void *value)
+{
+    frame_memo *m = value;
+    if (m)
+        arena_free(m->a);
+    free(m);
+}
+
+static int frame_memo_build(node *group, void *ctx, void **value, cellar_error *err)
+{
+    (void)ctx;
+    frame_memo *m = calloc(1, sizeof *m);
+    arena *a = m ? arena_new() : NULL;
+    if (!a) {
+        free(m);
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", node_path(group));
+    }
+    m->a = a;
+    int rc = frame_parse(group, a, &m->f, err);
+    if (rc) {
+        frame_memo_free(m);
+        return rc;
+    }
+    *value = m;
+    return 0;
+}
+
+int frame_open(node *group, arena *a, frame *out, cellar_error *err)
+{
+    (void)a; /* the parsed frame lives on the group node */
+    memset(out, 0, sizeof *out);
+    void *v = NULL;
+    int rc = node_memo(group, &frame_memo_key, frame_memo_build, NULL, frame_memo_free, &v,
+                       err);
+    if (rc)
+        return rc;
+    *out = ((const frame_memo *)v)->f;
     return 0;
 }
 
@@ -692,23 +741,68 @@ static int read_mask(node *mask, const dim_sel *rows, int64_t count, arena *a, u
     return 0;
 }
 
+/* All categories of a categorical column, kept on the categories node
+ * (node_memo): read once per store version. */
+typedef struct cats_memo {
+    arena *a;
+    int64_t n;
+    void *values; /* char *[n] or n numbers */
+} cats_memo;
+
+static const char cats_memo_key = 0;
+
+static void cats_memo_free(void *value)
+{
+    cats_memo *m = value;
+    if (m)
+        arena_free(m->a);
+    free(m);
+}
+
+static int cats_memo_build(node *cats, void *ctx, void **value, cellar_error *err)
+{
+    (void)ctx;
+    cats_memo *m = calloc(1, sizeof *m);
+    arena *a = m ? arena_new() : NULL;
+    if (!a) {
+        free(m);
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", node_path(cats));
+    }
+    m->a = a;
+    const node_info *in = node_get_info(cats);
+    m->n = in->shape[0];
+    dim_sel all = dim_sel_range(0, m->n);
+    int rc;
+    if (in->dtype == DT_STRING) {
+        char **v = NULL;
+        rc = read_strings(cats, &all, m->n, a, &v, err);
+        m->values = v;
+    } else {
+        rc = read_numeric(cats, &all, m->n, a, &m->values, err);
+    }
+    if (rc) {
+        cats_memo_free(m);
+        return rc;
+    }
+    *value = m;
+    return 0;
+}
+
 static int read_categories(const frame *f, const frame_column *c, arena *a, column_values *out,
                            cellar_error *err)
 {
-    int64_t n = node_get_info(c->categories)->shape[0];
-    dim_sel all = dim_sel_range(0, n);
-    out->n_categories = n;
-    out->categories_dtype = c->dtype;
-    int rc;
-    if (c->dtype == DT_STRING) {
-        char **v = NULL;
-        rc = read_strings(c->categories, &all, n, a, &v, err);
-        out->categories = v;
-    } else {
-        rc = read_numeric(c->categories, &all, n, a, &out->categories, err);
-    }
     (void)f;
-    return rc;
+    (void)a;
+    void *v = NULL;
+    int rc = node_memo(c->categories, &cats_memo_key, cats_memo_build, NULL, cats_memo_free, &v,
+                       err);
+    if (rc)
+        return rc;
+    const cats_memo *m = v;
+    out->n_categories = m->n;
+    out->categories_dtype = c->dtype;
+    out->categories = m->values;
+    return 0;
 }
 
 static int read_categorical(const frame *f, const frame_column *c, const dim_sel *rows,
@@ -944,6 +1038,13 @@ static int frame_length(node *g, int64_t *n, cellar_error *err)
     const node_info *in = node_get_info(g);
     if (in->type == NODE_ARRAY && in->ndim == 1 && !element_encoding(g)) {
         *n = in->shape[0];
+        return 0;
+    }
+    frame f;
+    cellar_error ignored;
+    cellar_error_clear(&ignored);
+    if (frame_open(g, NULL, &f, &ignored) == 0) { /* parsed once per version */
+        *n = f.n_rows;
         return 0;
     }
     frame_column c;

@@ -27,11 +27,15 @@ node *node_new(const node_ops *ops, node *parent, const char *name)
     }
     n->attrs = json_object();
     pthread_mutex_init(&n->lock, NULL);
+    pthread_mutex_init(&n->memo_lock, NULL);
+    pthread_mutex_init(&n->list_lock, NULL);
     if (!n->name || !n->path || !n->attrs) {
         free(n->name);
         free(n->path);
         json_decref(n->attrs);
         pthread_mutex_destroy(&n->lock);
+        pthread_mutex_destroy(&n->memo_lock);
+        pthread_mutex_destroy(&n->list_lock);
         free(n);
         return NULL;
     }
@@ -63,6 +67,30 @@ const char *node_name(const node *n)
     return n->name;
 }
 
+/* Absent names kept per node: the usual probes ("raw", "layers", ...), not
+ * every name a client may try. */
+#define NODE_ABSENT_MAX 16
+
+/* Under n->lock. A failed allocation only loses the shortcut. */
+static void remember_absent(node *n, const char *name, const char *detail)
+{
+    size_t len = strlen(name);
+    if (len > 255)
+        return;
+    node_absent *a = malloc(sizeof *a + len + 1);
+    if (!a)
+        return;
+    a->detail = strdup(detail);
+    if (!a->detail) {
+        free(a);
+        return;
+    }
+    memcpy(a->name, name, len + 1);
+    a->next = n->absent;
+    n->absent = a;
+    n->n_absent++;
+}
+
 int node_child(node *n, const char *name, node **out, cellar_error *err)
 {
     *out = NULL;
@@ -78,10 +106,24 @@ int node_child(node *n, const char *name, node **out, cellar_error *err)
             goto done;
         }
     }
+    if (!n->ops->mutable_nodes) {
+        for (node_absent *a = n->absent; a; a = a->next) {
+            if (strcmp(a->name, name) == 0) {
+                rc = cellar_fail(err, CELLAR_ENOTFOUND, "%s", a->detail);
+                goto done;
+            }
+        }
+    }
     node *child = NULL;
-    rc = n->ops->open_child(n, name, &child, err);
-    if (rc)
+    cellar_error e;
+    cellar_error_clear(&e);
+    rc = n->ops->open_child(n, name, &child, &e);
+    if (rc) {
+        if (rc == CELLAR_ENOTFOUND && !n->ops->mutable_nodes && n->n_absent < NODE_ABSENT_MAX)
+            remember_absent(n, name, e.detail);
+        cellar_fail(err, rc, "%s", e.detail);
         goto done;
+    }
     node_child_link *link = malloc(sizeof *link);
     if (!link) {
         node_tree_free(child);
@@ -136,13 +178,84 @@ int node_resolve(node *n, const char *path, node **out, cellar_error *err)
     return 0;
 }
 
+/* Makes n's listing once; under n->list_lock. */
+static int node_list_once(node *n, cellar_error *err)
+{
+    if (n->listed)
+        return 0;
+    arena *a = arena_new();
+    if (!a)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '%s'", n->path);
+    const char **names = NULL;
+    size_t count = 0;
+    int rc = n->ops->list_children(n, a, &names, &count, err);
+    if (rc) {
+        arena_free(a);
+        return rc;
+    }
+    n->listing = names;
+    n->n_listing = count;
+    n->listing_arena = a;
+    n->listed = 1;
+    return 0;
+}
+
 int node_children(node *n, arena *a, const char ***names, size_t *count, cellar_error *err)
 {
     *names = NULL;
     *count = 0;
     if (n->info.type != NODE_GROUP)
         return cellar_fail(err, CELLAR_ENOTFOUND, "'%s' is not a group", n->path);
-    return n->ops->list_children(n, a, names, count, err);
+    if (n->ops->mutable_nodes)
+        return n->ops->list_children(n, a, names, count, err);
+    pthread_mutex_lock(&n->list_lock);
+    int rc = node_list_once(n, err);
+    size_t k = n->n_listing;
+    const char **copy = rc ? NULL : arena_calloc(a, k ? k : 1, sizeof *copy);
+    if (!rc && !copy)
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '%s'", n->path);
+    if (!rc && k)
+        memcpy(copy, n->listing, k * sizeof *copy);
+    pthread_mutex_unlock(&n->list_lock);
+    if (rc)
+        return rc;
+    *names = copy;
+    *count = k;
+    return 0;
+}
+
+int node_memo(node *n, const void *key, node_memo_build_fn build, void *ctx,
+              void (*free_fn)(void *value), void **value, cellar_error *err)
+{
+    *value = NULL;
+    int rc = 0;
+    pthread_mutex_lock(&n->memo_lock);
+    for (node_memo_entry *e = n->memos; e; e = e->next) {
+        if (e->key == key && !n->ops->mutable_nodes) {
+            *value = e->value;
+            goto done;
+        }
+    }
+    node_memo_entry *e = malloc(sizeof *e);
+    if (!e) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", n->path);
+        goto done;
+    }
+    void *v = NULL;
+    rc = build(n, ctx, &v, err);
+    if (rc) {
+        free(e);
+        goto done;
+    }
+    e->key = key;
+    e->value = v;
+    e->free_fn = free_fn;
+    e->next = n->memos;
+    n->memos = e;
+    *value = v;
+done:
+    pthread_mutex_unlock(&n->memo_lock);
+    return rc;
 }
 
 int64_t node_sel_count(const dim_sel *sel, int ndim)
@@ -216,10 +329,28 @@ static void node_free_one(node *n)
         free(l);
         l = next;
     }
+    node_memo_entry *m = n->memos;
+    while (m) {
+        node_memo_entry *next = m->next;
+        if (m->free_fn)
+            m->free_fn(m->value);
+        free(m);
+        m = next;
+    }
+    arena_free(n->listing_arena);
+    node_absent *ab = n->absent;
+    while (ab) {
+        node_absent *next = ab->next;
+        free(ab->detail);
+        free(ab);
+        ab = next;
+    }
     if (n->ops && n->ops->destroy)
         n->ops->destroy(n);
     json_decref(n->attrs);
     pthread_mutex_destroy(&n->lock);
+    pthread_mutex_destroy(&n->memo_lock);
+    pthread_mutex_destroy(&n->list_lock);
     free(n->name);
     free(n->path);
     free(n);

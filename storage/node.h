@@ -72,9 +72,22 @@ node *node_child_opt(node *n, const char *name);
 int node_resolve(node *n, const char *path, node **out, cellar_error *err);
 
 /* Names of a group's children, in the backend's natural order (HDF5 creation
- * order where tracked, else name order).  Array and names are allocated
- * from a. */
+ * order where tracked, else name order).  The array is allocated from a
+ * (callers may reorder it); the names are borrowed from the node, which
+ * lists its children once and keeps the listing (valid until the tree is
+ * freed). */
 int node_children(node *n, arena *a, const char ***names, size_t *count, cellar_error *err);
+
+/* A value derived from node n alone (e.g. the parsed data frame of a group,
+ * the categories of a categorical column), cached on n: the first caller
+ * for `key` (compared by address: pass the address of a static object)
+ * builds it while later callers wait; then everyone shares it, read-only,
+ * until the tree is freed, which calls free_fn(value).  A failed build is
+ * not kept.  build must not call node_memo on n itself. */
+typedef int (*node_memo_build_fn)(node *n, void *ctx, void **value, cellar_error *err);
+
+int node_memo(node *n, const void *key, node_memo_build_fn build, void *ctx,
+              void (*free_fn)(void *value), void **value, cellar_error *err);
 
 /* Reads a selection of a numeric or bool array into out, C order over the
  * selected positions, native byte order, one byte (0/1) per bool.  sel has

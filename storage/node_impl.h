@@ -18,12 +18,31 @@ typedef struct node_ops {
     /* Releases the backend's part of one node (not its children). For the
      * root it is called last, after all descendants. */
     void (*destroy)(node *n);
+    /* Set by a backend whose nodes change after creation (children added,
+     * attributes edited: the unit tests' in-memory trees).  Then
+     * node_children lists anew into the caller's arena every time and
+     * node_memo builds every time (each value is still freed with the
+     * tree). */
+    int mutable_nodes;
 } node_ops;
 
 typedef struct node_child_link {
     struct node_child_link *next;
     node *child;
 } node_child_link;
+
+typedef struct node_absent {
+    struct node_absent *next;
+    char *detail;  /* the backend's error detail, replayed */
+    char name[];
+} node_absent;
+
+typedef struct node_memo_entry {
+    struct node_memo_entry *next;
+    const void *key;
+    void *value;
+    void (*free_fn)(void *value);
+} node_memo_entry;
 
 struct node {
     const node_ops *ops;
@@ -34,8 +53,22 @@ struct node {
     node_info info;
     json_t *attrs;           /* owned; {} when none */
     void *impl;              /* the backend's own state */
-    pthread_mutex_t lock;    /* guards children */
+    pthread_mutex_t lock;    /* guards children and absent */
     node_child_link *children;
+    /* names node_child found absent (a few, NODE_ABSENT_MAX at most):
+     * answered again without asking the backend */
+    struct node_absent *absent;
+    size_t n_absent;
+    /* the children listing, made once (list_children) and kept: names and
+     * array in listing_arena; guarded by list_lock */
+    pthread_mutex_t list_lock;
+    int listed;
+    const char **listing;
+    size_t n_listing;
+    arena *listing_arena;
+    /* node_memo values; memo_lock is held while one is built */
+    pthread_mutex_t memo_lock;
+    node_memo_entry *memos;
 };
 
 /* Allocates a node (info zeroed, attrs = {}), to be filled by the backend.

@@ -139,6 +139,7 @@ static const node_ops mem_ops = {
     .read = mem_read,
     .read_strings = mem_read_strings,
     .destroy = mem_destroy,
+    .mutable_nodes = 1, /* tests edit attributes and add children as they go */
 };
 
 /* A node linked under parent (or a root), with an empty impl. */
