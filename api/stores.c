@@ -17,7 +17,18 @@
 typedef struct doc {
     json_t *root;
     int failed;
+    /* Rendering for the per-version cache: X's column index (which changes
+     * while the version lives) is written as PLACEHOLDER and filled in per
+     * request. */
+    int placeholder;
+    int cacheable; /* cleared when the document holds a passing failure */
 } doc;
+
+/* A string no summary holds otherwise as the value of "column_index"
+ * (keys are all fixed here; user text only appears as values). */
+#define CI_PLACEHOLDER "\001column_index\001"
+#define CI_PLACEHOLDER_JSON "\"column_index\":\"\\u0001column_index\\u0001\""
+#define CI_KEY_JSON "\"column_index\":"
 
 static json_t *set(doc *d, json_t *obj, const char *key, json_t *v)
 {
@@ -159,6 +170,10 @@ static json_t *matrix_summary(doc *d, store *s, node *x)
         data ? json_string(dtype_name(node_get_info(data)->dtype)) : json_null());
     set(d, o, "encoding", enc ? json_str_sanitized(enc) : json_null());
     json_t *ci = column_index_summary(d, s, x);
+    if (ci && d->placeholder) {
+        json_decref(ci);
+        ci = json_string(CI_PLACEHOLDER);
+    }
     if (ci)
         set(d, o, "column_index", ci);
     return o;
@@ -230,6 +245,7 @@ static json_t *tree_keys(doc *d, store *s, node *root, const char *name, json_t 
     cellar_error err;
     cellar_error_clear(&err);
     if (trees_get(s, root, name, &t, &err)) {
+        d->cacheable = 0; /* a failed build is retried: so is the summary */
         append(d, notes, json_str_sanitized(err.detail));
         return keys;
     }
@@ -260,7 +276,7 @@ int api_stores_list(api_request *req, api_response *res, cellar_error *err)
         rc = registry_list(req->registry, req->arena, &list, &n, err);
     if (rc)
         return rc;
-    doc d = {json_object(), 0};
+    doc d = {json_object(), 0, 0, 0};
     json_t *stores = set(&d, d.root, "stores", json_array());
     for (size_t i = 0; i < n; i++) {
         json_t *o = json_object();
@@ -293,6 +309,139 @@ static int summary_treedata(doc *d, store *s, node *root, arena *a, cellar_error
     return 0;
 }
 
+/* The summary document of store s into d->root. */
+static int summary_doc(doc *d, store *s, arena *a, cellar_error *err)
+{
+    node *root = store_root(s);
+    anndata_info ai;
+    int rc = anndata_open(root, &ai, err);
+    if (rc)
+        return rc;
+    store_kind kind = store_get_kind(s);
+    d->root = json_object();
+    set(d, d->root, "name", json_str_sanitized(store_name(s)));
+    set(d, d->root, "kind", json_string(store_kind_name(kind)));
+    set(d, d->root, "backend", json_string(store_backend_name(store_get_backend(s))));
+    set(d, d->root, "bytes", json_integer((json_int_t)store_bytes(s)));
+    set(d, d->root, "mtime", iso_time(store_mtime(s)));
+    set(d, d->root, "etag", json_string(store_etag(s)));
+    set(d, d->root, "shape", shape2(d, ai.n_obs, ai.n_vars));
+    set(d, d->root, "obs", frame_summary(d, root, "obs", a));
+    set(d, d->root, "var", frame_summary(d, root, "var", a));
+    set(d, d->root, "X", matrix_summary(d, s, node_child_opt(root, "X")));
+    static const char *const groups[] = {"obsm", "varm", "obsp", "varp", "layers", "uns"};
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
+        set(d, d->root, groups[i], child_keys(d, root, groups[i], a));
+    set(d, d->root, "raw", raw_summary(d, root, ai.n_obs, a));
+    if (kind == KIND_MUDATA) {
+        mudata_info mi;
+        json_t *mods = NULL;
+        rc = mudata_open(root, a, &mi, err);
+        if (!rc)
+            rc = mod_array(d, root, &mi, &mods, err);
+        if (!rc) {
+            set(d, d->root, "axis", json_integer(mi.axis));
+            set(d, d->root, "mod", mods);
+        }
+    } else if (kind == KIND_TREEDATA) {
+        rc = summary_treedata(d, s, root, a, err);
+    }
+    if (!rc && d->failed)
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory building the answer");
+    if (rc) {
+        json_decref(d->root);
+        d->root = NULL;
+    }
+    return rc;
+}
+
+/* A rendered answer kept per store version (store_derived): the text, and
+ * for the summary where X's column index goes (hole..hole_end, empty when
+ * X has none). */
+typedef struct rendered {
+    size_t len, hole, hole_end;
+    char text[];
+} rendered;
+
+static int rendered_new(const buf *b, size_t hole, size_t hole_end, void **value, size_t *bytes,
+                        cellar_error *err)
+{
+    rendered *r = malloc(sizeof *r + b->len + 1);
+    if (!r)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory keeping an answer");
+    r->len = b->len;
+    r->hole = hole;
+    r->hole_end = hole_end;
+    if (b->len)
+        memcpy(r->text, b->data, b->len);
+    r->text[b->len] = '\0';
+    *value = r;
+    *bytes = sizeof *r + b->len + 1;
+    return 0;
+}
+
+static void rendered_free(void *value)
+{
+    free(value);
+}
+
+/* Summaries that hold a passing failure (notes) are not kept. */
+#define NOT_KEPT CELLAR_EUNAVAILABLE
+
+static int summary_build(void *ctx, void **value, size_t *bytes, cellar_error *err)
+{
+    store *s = ctx;
+    arena *a = arena_new();
+    if (!a)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    doc d = {NULL, 0, 1, 1};
+    buf b = {0};
+    int rc = summary_doc(&d, s, a, err);
+    if (!rc && !d.cacheable)
+        rc = cellar_fail(err, NOT_KEPT, "summary not kept");
+    if (!rc)
+        rc = json_dump_buf(d.root, &b, err);
+    if (!rc) {
+        size_t hole = b.len, hole_end = b.len;
+        const char *p = b.len ? memmem(b.data, b.len, CI_PLACEHOLDER_JSON,
+                                       strlen(CI_PLACEHOLDER_JSON))
+                              : NULL;
+        if (p) {
+            hole = (size_t)(p - b.data) + strlen(CI_KEY_JSON);
+            hole_end = (size_t)(p - b.data) + strlen(CI_PLACEHOLDER_JSON);
+        }
+        rc = rendered_new(&b, hole, hole_end, value, bytes, err);
+    }
+    json_decref(d.root);
+    buf_destroy(&b);
+    arena_free(a);
+    return rc;
+}
+
+/* The summary kept for this version, with X's column index as it is now. */
+static int summary_from_cache(store *s, const rendered *r, api_response *res,
+                              cellar_error *err)
+{
+    res->status = 200;
+    res->content_type = "application/json";
+    res->body.len = 0;
+    if (buf_append(&res->body, r->text, r->hole))
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    if (r->hole < r->hole_end) {
+        doc d = {NULL, 0, 0, 1};
+        json_t *ci = column_index_summary(&d, s, node_child_opt(store_root(s), "X"));
+        int rc = ci && !d.failed ? json_dump_buf(ci, &res->body, err)
+                                 : cellar_fail(err, CELLAR_EINTERNAL,
+                                               "the column index of X cannot be read");
+        json_decref(ci);
+        if (rc)
+            return rc;
+    }
+    if (buf_append(&res->body, r->text + r->hole_end, r->len - r->hole_end))
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    return 0;
+}
+
 int api_store_summary(api_request *req, api_response *res, cellar_error *err)
 {
     static const char *const allowed[] = {NULL};
@@ -304,46 +453,48 @@ int api_store_summary(api_request *req, api_response *res, cellar_error *err)
         rc = api_open_store(req, err);
     if (rc)
         return rc;
-    store *s = req->store;
-    node *root = store_root(s);
-    anndata_info ai;
-    rc = anndata_open(root, &ai, err);
+    void *v = NULL;
+    cellar_error e;
+    cellar_error_clear(&e);
+    rc = store_derived(req->store, "api.summary", summary_build, req->store, rendered_free, &v,
+                       &e);
+    if (!rc)
+        return summary_from_cache(req->store, v, res, err);
+    if (rc != NOT_KEPT)
+        return cellar_fail(err, rc, "%s", e.detail);
+    doc d = {NULL, 0, 0, 1};
+    rc = summary_doc(&d, req->store, req->arena, err);
     if (rc)
         return rc;
-    store_kind kind = store_get_kind(s);
-    doc d = {json_object(), 0};
-    set(&d, d.root, "name", json_str_sanitized(store_name(s)));
-    set(&d, d.root, "kind", json_string(store_kind_name(kind)));
-    set(&d, d.root, "backend", json_string(store_backend_name(store_get_backend(s))));
-    set(&d, d.root, "bytes", json_integer((json_int_t)store_bytes(s)));
-    set(&d, d.root, "mtime", iso_time(store_mtime(s)));
-    set(&d, d.root, "etag", json_string(store_etag(s)));
-    set(&d, d.root, "shape", shape2(&d, ai.n_obs, ai.n_vars));
-    set(&d, d.root, "obs", frame_summary(&d, root, "obs", req->arena));
-    set(&d, d.root, "var", frame_summary(&d, root, "var", req->arena));
-    set(&d, d.root, "X", matrix_summary(&d, s, node_child_opt(root, "X")));
-    static const char *const groups[] = {"obsm", "varm", "obsp", "varp", "layers", "uns"};
-    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
-        set(&d, d.root, groups[i], child_keys(&d, root, groups[i], req->arena));
-    set(&d, d.root, "raw", raw_summary(&d, root, ai.n_obs, req->arena));
-    if (kind == KIND_MUDATA) {
-        mudata_info mi;
-        json_t *mods = NULL;
-        rc = mudata_open(root, req->arena, &mi, err);
-        if (!rc)
-            rc = mod_array(&d, root, &mi, &mods, err);
-        if (!rc) {
-            set(&d, d.root, "axis", json_integer(mi.axis));
-            set(&d, d.root, "mod", mods);
-        }
-    } else if (kind == KIND_TREEDATA) {
-        rc = summary_treedata(&d, s, root, req->arena, err);
-    }
-    if (rc) {
-        json_decref(d.root);
-        return rc;
-    }
     return reply(res, &d, err);
+}
+
+static int modlist_build(void *ctx, void **value, size_t *bytes, cellar_error *err)
+{
+    store *s = ctx;
+    node *root = store_root(s);
+    arena *a = arena_new();
+    if (!a)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    mudata_info mi;
+    json_t *mods = NULL;
+    doc d = {json_object(), 0, 0, 1};
+    buf b = {0};
+    int rc = mudata_open(root, a, &mi, err);
+    if (!rc)
+        rc = mod_array(&d, root, &mi, &mods, err);
+    if (!rc) {
+        set(&d, d.root, "axis", json_integer(mi.axis));
+        set(&d, d.root, "mod", mods);
+        rc = d.failed ? cellar_fail(err, CELLAR_ENOMEM, "out of memory building the answer")
+                      : json_dump_buf(d.root, &b, err);
+    }
+    if (!rc)
+        rc = rendered_new(&b, b.len, b.len, value, bytes, err);
+    json_decref(d.root);
+    buf_destroy(&b);
+    arena_free(a);
+    return rc;
 }
 
 int api_mod_list(api_request *req, api_response *res, cellar_error *err)
@@ -360,18 +511,17 @@ int api_mod_list(api_request *req, api_response *res, cellar_error *err)
     if (store_get_kind(req->store) != KIND_MUDATA)
         return cellar_fail(err, CELLAR_ENOTFOUND, "store '%s' is not a MuData store",
                            req->store_name);
-    node *root = store_root(req->store);
-    mudata_info mi;
-    json_t *mods = NULL;
-    rc = mudata_open(root, req->arena, &mi, err);
-    doc d = {json_object(), 0};
-    if (!rc)
-        rc = mod_array(&d, root, &mi, &mods, err);
-    if (rc) {
-        json_decref(d.root);
+    /* The modalities and their shapes never change within a version. */
+    void *v = NULL;
+    rc = store_derived(req->store, "api.modlist", modlist_build, req->store, rendered_free, &v,
+                       err);
+    if (rc)
         return rc;
-    }
-    set(&d, d.root, "axis", json_integer(mi.axis));
-    set(&d, d.root, "mod", mods);
-    return reply(res, &d, err);
+    const rendered *r = v;
+    res->status = 200;
+    res->content_type = "application/json";
+    res->body.len = 0;
+    if (buf_append(&res->body, r->text, r->len))
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    return 0;
 }
