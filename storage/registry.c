@@ -541,9 +541,38 @@ static int open_and_install(registry *r, const char *name, const char *path,
     return 0;
 }
 
+/* The fast path of registry_get: a reference on the current version of
+ * name when the file the name reaches now (root/name, symlinks followed by
+ * stat) has that version's identity.  That file (same device and inode)
+ * was resolved and checked to be inside the root when the version opened,
+ * so no realpath is needed; anything else (a new file, a retargeted or
+ * broken symlink, a name never opened) returns NULL for the full path. */
+static store *take_unchanged(registry *r, const char *name)
+{
+    if (!name_is_safe(name))
+        return NULL;
+    char joined[PATH_MAX];
+    int n = snprintf(joined, sizeof joined, "%s/%s", r->root, name);
+    file_identity id;
+    if (n < 0 || (size_t)n >= sizeof joined || read_identity(joined, backend_of(name), &id))
+        return NULL;
+    pthread_mutex_lock(&r->lock);
+    store *cur = find_open(r, name, NULL);
+    if (cur && identity_equal(&cur->id, &id)) {
+        cur->refs++;
+        cur->last_used = now_seconds();
+    } else {
+        cur = NULL;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return cur;
+}
+
 int registry_get(registry *r, const char *name, store **out, cellar_error *err)
 {
-    *out = NULL;
+    *out = take_unchanged(r, name);
+    if (*out)
+        return 0;
     char *path = NULL;
     int rc = resolve_inside(r, name, &path, err);
     if (rc)
