@@ -1004,28 +1004,37 @@ static int plan_dim(const dim_sel *s, int64_t len, dim_plan *p, const char *path
  * read that converts, whatever the read's size. */
 #define H5_CONV_BUF_DEFAULT ((size_t)1 << 20)
 
+/* Conversion buffers of 2^H5_XFER_MIN_SHIFT bytes and up, doubling to the
+ * default's size: one transfer property list per size and thread, made on
+ * first use and kept for the thread's life (a cache: making one costs as
+ * much as a small read). */
+#define H5_XFER_MIN_SHIFT 12
+#define H5_XFER_CLASSES 9 /* 4 KiB .. 1 MiB */
+static _Thread_local hid_t h5_xfer_cache[H5_XFER_CLASSES];
+
 /* A dataset transfer property list whose conversion buffer fits a read of
  * nelem elements of h, or H5P_DEFAULT (no conversion, a read as large as
  * the default buffer, or a failure: the default then works as before).
- * Release with xfer_close. */
-static hid_t xfer_open(const h5_node *h, size_t nelem)
+ * Borrowed: nothing to release. */
+static hid_t xfer_for(const h5_node *h, size_t nelem)
 {
     if (!h->conv_size || nelem == 0 || nelem > H5_CONV_BUF_DEFAULT / h->conv_size)
         return H5P_DEFAULT;
+    size_t need = nelem * h->conv_size;
+    int c = 0;
+    while (c < H5_XFER_CLASSES - 1 && ((size_t)1 << (H5_XFER_MIN_SHIFT + c)) < need)
+        c++;
+    if (h5_xfer_cache[c] > 0)
+        return h5_xfer_cache[c];
     hid_t p = H5Pcreate(H5P_DATASET_XFER);
     if (p < 0)
         return H5P_DEFAULT;
-    if (H5Pset_buffer(p, nelem * h->conv_size, NULL, NULL) < 0) {
+    if (H5Pset_buffer(p, (size_t)1 << (H5_XFER_MIN_SHIFT + c), NULL, NULL) < 0) {
         H5Pclose(p);
         return H5P_DEFAULT;
     }
+    h5_xfer_cache[c] = p;
     return p;
-}
-
-static void xfer_close(hid_t p)
-{
-    if (p != H5P_DEFAULT)
-        H5Pclose(p);
 }
 
 /* Reads the distinct positions of the plan, in C order over
@@ -1148,14 +1157,13 @@ static int read_unique(const node *n, const h5_node *h, const dim_plan *p, int n
     size_t blocks = 1;
     for (int d = 0; d < ndim; d++)
         blocks = blocks > SIZE_MAX / p[d].nblocks ? SIZE_MAX : blocks * p[d].nblocks;
-    hid_t dxpl = xfer_open(h, npoints);
+    hid_t dxpl = xfer_for(h, npoints);
     int rc;
     if (blocks > H5_READ_BLOCK_BUDGET && npoints / 8 <= blocks &&
         npoints <= H5_POINTS_MAX_BYTES / ((size_t)ndim * sizeof(hsize_t)))
         rc = read_points(n, h, p, ndim, npoints, dxpl, temp, err);
     else
         rc = read_planned(n, h, p, ndim, es, dxpl, temp, err);
-    xfer_close(dxpl);
     return rc;
 }
 
@@ -1608,10 +1616,9 @@ static int h5_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cel
     if (rc)
         goto done;
     if (j.ndim == 0) {
-        hid_t dxpl = xfer_open(h, 1);
+        hid_t dxpl = xfer_for(h, 1);
         if (H5Dread(h->obj, h->memtype, H5S_ALL, H5S_ALL, dxpl, out) < 0)
             rc = h5_fail(err, CELLAR_EIO, "reading '%s' failed", n->path);
-        xfer_close(dxpl);
     } else {
         temp = j.identity ? out : malloc(j.nuniq_total * es);
         if (!temp) {
@@ -1654,10 +1661,9 @@ static int h5_read_strings(node *n, const dim_sel *sel, arena *a, char **out,
         goto done;
     }
     if (j.ndim == 0) {
-        hid_t dxpl = xfer_open(h, 1);
+        hid_t dxpl = xfer_for(h, 1);
         if (H5Dread(h->obj, h->memtype, H5S_ALL, H5S_ALL, dxpl, temp) < 0)
             rc = h5_fail(err, CELLAR_EIO, "reading '%s' failed", n->path);
-        xfer_close(dxpl);
     } else {
         rc = read_unique(n, h, j.plan, j.ndim, es, j.nuniq_total, temp, err);
     }
