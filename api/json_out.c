@@ -265,22 +265,14 @@ size_t fmt_typed(dtype_kind dt, const void *data, int64_t i, const char *true_te
         n = snprintf(out, NUMBER_TEXT_MAX, "%s",
                      ((const uint8_t *)data)[i] ? true_text : false_text);
         break;
-    case DT_INT8: n = snprintf(out, NUMBER_TEXT_MAX, "%d", ((const int8_t *)data)[i]); break;
-    case DT_INT16: n = snprintf(out, NUMBER_TEXT_MAX, "%d", ((const int16_t *)data)[i]); break;
-    case DT_INT32:
-        n = snprintf(out, NUMBER_TEXT_MAX, "%" PRId32, ((const int32_t *)data)[i]);
-        break;
-    case DT_INT64:
-        n = snprintf(out, NUMBER_TEXT_MAX, "%" PRId64, ((const int64_t *)data)[i]);
-        break;
-    case DT_UINT8: n = snprintf(out, NUMBER_TEXT_MAX, "%u", ((const uint8_t *)data)[i]); break;
-    case DT_UINT16: n = snprintf(out, NUMBER_TEXT_MAX, "%u", ((const uint16_t *)data)[i]); break;
-    case DT_UINT32:
-        n = snprintf(out, NUMBER_TEXT_MAX, "%" PRIu32, ((const uint32_t *)data)[i]);
-        break;
-    case DT_UINT64:
-        n = snprintf(out, NUMBER_TEXT_MAX, "%" PRIu64, ((const uint64_t *)data)[i]);
-        break;
+    case DT_INT8: return fmt_i64(((const int8_t *)data)[i], out);
+    case DT_INT16: return fmt_i64(((const int16_t *)data)[i], out);
+    case DT_INT32: return fmt_i64(((const int32_t *)data)[i], out);
+    case DT_INT64: return fmt_i64(((const int64_t *)data)[i], out);
+    case DT_UINT8: return fmt_u64(((const uint8_t *)data)[i], out);
+    case DT_UINT16: return fmt_u64(((const uint16_t *)data)[i], out);
+    case DT_UINT32: return fmt_u64(((const uint32_t *)data)[i], out);
+    case DT_UINT64: return fmt_u64(((const uint64_t *)data)[i], out);
     case DT_FLOAT16: return fmt_f32(half_to_float(((const uint16_t *)data)[i]), out);
     case DT_FLOAT32: return fmt_f32(((const float *)data)[i], out);
     case DT_FLOAT64: return fmt_f64(((const double *)data)[i], out);
@@ -382,64 +374,185 @@ int utf8_sanitize(const char *s, size_t n, buf *out)
 
 /* ---- streaming writer ---- */
 
-static void json_out_print(void *ctx, const char *str, size_t len)
+/* What comes next at one depth. */
+enum { JS_START, JS_DONE, JS_MAP_FIRST, JS_MAP_KEY, JS_MAP_VAL, JS_ARRAY_FIRST, JS_ARRAY_NEXT };
+
+static void emit(json_out *j, const char *s, size_t n)
 {
-    json_out *j = ctx;
-    if (j->over)
+    if (j->over || !n)
         return;
-    if (j->limit && j->out->len + len > j->limit) {
+    if (j->limit && j->out->len + n > j->limit) {
         j->over = 1;
         return;
     }
-    buf_append(j->out, str, len);
+    buf_append(j->out, s, n);
 }
 
 int json_out_init(json_out *j, buf *out, uint64_t limit, cellar_error *err)
 {
+    (void)err;
     memset(j, 0, sizeof *j);
     j->out = out;
     j->limit = limit;
-    j->gen = yajl_gen_alloc(NULL);
-    if (!j->gen)
-        return cellar_fail(err, CELLAR_ENOMEM, "out of memory starting a JSON answer");
-    yajl_gen_config(j->gen, yajl_gen_validate_utf8, 0);
-    yajl_gen_config(j->gen, yajl_gen_print_callback, json_out_print, (void *)j);
+    j->state[0] = JS_START;
     return 0;
 }
 
 void json_out_destroy(json_out *j)
 {
-    if (j->gen)
-        yajl_gen_free(j->gen);
-    j->gen = NULL;
     buf_destroy(&j->scratch);
 }
 
-static int check(json_out *j, yajl_gen_status st)
+static int ok_or_fail(json_out *j)
 {
-    if (st != yajl_gen_status_ok)
-        j->failed = 1;
     return json_out_ok(j) ? 0 : -1;
 }
 
-int json_out_map_open(json_out *j) { return check(j, yajl_gen_map_open(j->gen)); }
-int json_out_map_close(json_out *j) { return check(j, yajl_gen_map_close(j->gen)); }
-int json_out_array_open(json_out *j) { return check(j, yajl_gen_array_open(j->gen)); }
-int json_out_array_close(json_out *j) { return check(j, yajl_gen_array_close(j->gen)); }
-int json_out_null(json_out *j) { return check(j, yajl_gen_null(j->gen)); }
-int json_out_bool(json_out *j, int v) { return check(j, yajl_gen_bool(j->gen, v != 0)); }
+/* Writes the separator a value needs here; key says the value is a string
+ * that may stand as a map key.  0, or -1 when no value may come. */
+static int before_value(json_out *j, int key)
+{
+    unsigned char *st = &j->state[j->depth];
+    switch (*st) {
+    case JS_START: return 0;
+    case JS_MAP_FIRST:
+    case JS_MAP_KEY:
+        if (!key)
+            return -1;
+        if (*st == JS_MAP_KEY)
+            emit(j, ",", 1);
+        return 0;
+    case JS_MAP_VAL: emit(j, ":", 1); return 0;
+    case JS_ARRAY_FIRST: return 0;
+    case JS_ARRAY_NEXT: emit(j, ",", 1); return 0;
+    default: return -1;
+    }
+}
+
+static void after_value(json_out *j)
+{
+    unsigned char *st = &j->state[j->depth];
+    switch (*st) {
+    case JS_START: *st = JS_DONE; break;
+    case JS_MAP_FIRST:
+    case JS_MAP_KEY: *st = JS_MAP_VAL; break;
+    case JS_MAP_VAL: *st = JS_MAP_KEY; break;
+    case JS_ARRAY_FIRST: *st = JS_ARRAY_NEXT; break;
+    default: break;
+    }
+}
+
+/* A scalar (text already JSON). */
+static int scalar(json_out *j, const char *text, size_t n)
+{
+    if (before_value(j, 0)) {
+        j->failed = 1;
+        return -1;
+    }
+    emit(j, text, n);
+    after_value(j);
+    return ok_or_fail(j);
+}
+
+static int open_container(json_out *j, char c, unsigned char first)
+{
+    if (j->depth >= JSON_OUT_MAX_DEPTH || before_value(j, 0)) {
+        j->failed = 1;
+        return -1;
+    }
+    emit(j, &c, 1);
+    j->state[++j->depth] = first;
+    return ok_or_fail(j);
+}
+
+static int close_container(json_out *j, char c, unsigned char first, unsigned char next)
+{
+    unsigned char st = j->state[j->depth];
+    if (!j->depth || (st != first && st != next)) {
+        j->failed = 1;
+        return -1;
+    }
+    j->depth--;
+    emit(j, &c, 1);
+    after_value(j);
+    return ok_or_fail(j);
+}
+
+int json_out_map_open(json_out *j) { return open_container(j, '{', JS_MAP_FIRST); }
+int json_out_map_close(json_out *j) { return close_container(j, '}', JS_MAP_FIRST, JS_MAP_KEY); }
+int json_out_array_open(json_out *j) { return open_container(j, '[', JS_ARRAY_FIRST); }
+int json_out_array_close(json_out *j)
+{
+    return close_container(j, ']', JS_ARRAY_FIRST, JS_ARRAY_NEXT);
+}
+int json_out_null(json_out *j) { return scalar(j, "null", 4); }
+int json_out_bool(json_out *j, int v) { return v ? scalar(j, "true", 4) : scalar(j, "false", 5); }
+
+/* The escape of byte c inside a JSON string (yajl's: the two-character
+ * forms, \u00XX for other control characters), or NULL when c stands as
+ * itself. */
+static const char *escape_of(unsigned char c, char *hex)
+{
+    switch (c) {
+    case '"': return "\\\"";
+    case '\\': return "\\\\";
+    case '\b': return "\\b";
+    case '\f': return "\\f";
+    case '\n': return "\\n";
+    case '\r': return "\\r";
+    case '\t': return "\\t";
+    default:
+        if (c >= 0x20)
+            return NULL;
+        static const char digits[] = "0123456789ABCDEF";
+        memcpy(hex, "\\u00", 4);
+        hex[4] = digits[c >> 4];
+        hex[5] = digits[c & 15];
+        hex[6] = '\0';
+        return hex;
+    }
+}
+
+/* s[0..n), valid UTF-8, quoted and escaped. */
+static void emit_string(json_out *j, const char *s, size_t n)
+{
+    emit(j, "\"", 1);
+    size_t run = 0;
+    char hex[8];
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        const char *e = escape_of(c, hex);
+        emit(j, s + run, i - run);
+        emit(j, e, strlen(e));
+        run = i + 1;
+    }
+    emit(j, s + run, n - run);
+    emit(j, "\"", 1);
+}
+
+static int string_value(json_out *j, const char *s, size_t n)
+{
+    if (before_value(j, 1)) {
+        j->failed = 1;
+        return -1;
+    }
+    emit_string(j, s, n);
+    after_value(j);
+    return ok_or_fail(j);
+}
 
 int json_out_strn(json_out *j, const char *s, size_t n)
 {
     if (utf8_valid(s, n))
-        return check(j, yajl_gen_string(j->gen, (const unsigned char *)s, n));
+        return string_value(j, s, n);
     j->scratch.len = 0;
     if (utf8_sanitize(s, n, &j->scratch) || j->scratch.failed) {
         j->failed = 1;
         return -1;
     }
-    return check(j, yajl_gen_string(j->gen, (const unsigned char *)j->scratch.data,
-                                    j->scratch.len));
+    return string_value(j, j->scratch.data, j->scratch.len);
 }
 
 int json_out_str(json_out *j, const char *s)
@@ -451,7 +564,7 @@ static int number(json_out *j, const char *text, size_t n)
 {
     if (!n)
         return json_out_null(j);
-    return check(j, yajl_gen_number(j->gen, text, n));
+    return scalar(j, text, n);
 }
 
 int json_out_int(json_out *j, int64_t v)

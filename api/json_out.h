@@ -1,4 +1,5 @@
-/* JSON output: a streaming writer over yajl's generator into a buf, with
+/* JSON output: a streaming writer into a buf (compact, as yajl's generator
+ * wrote it), with
  * exact number formatting and string sanitizing.
  *
  * Numbers: integers are written as integers over the full int64/uint64
@@ -54,13 +55,17 @@ int utf8_valid(const char *s, size_t n);
 
 /* ---- streaming writer ---- */
 
+/* Nesting the writer accepts (as yajl's generator did). */
+#define JSON_OUT_MAX_DEPTH 128
+
 typedef struct json_out {
-    yajl_gen gen;
     buf *out;          /* borrowed: where the text goes */
     uint64_t limit;    /* fail once out grows past this; 0 = no limit */
     int over;          /* the limit was passed */
-    int failed;        /* yajl or memory failure */
+    int failed;        /* misuse (a non-string key, too deep) or memory failure */
     buf scratch;       /* sanitized copies of invalid strings */
+    unsigned depth;    /* open maps and arrays */
+    unsigned char state[JSON_OUT_MAX_DEPTH + 1]; /* what comes next at each depth */
 } json_out;
 
 /* Starts writing into out (appending). limit 0 = unlimited.
