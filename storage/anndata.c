@@ -836,6 +836,82 @@ static int read_categorical(const frame *f, const frame_column *c, const dim_sel
     return 0;
 }
 
+/* Plain string indexes up to this many rows are read whole once per store
+ * version and kept on their node (every obs/var answer names its rows). */
+#define INDEX_KEEP_MAX_ROWS ((int64_t)1 << 20)
+
+typedef struct strings_memo {
+    arena *a;
+    int64_t n;
+    char **v;
+} strings_memo;
+
+static const char strings_memo_key = 0;
+
+static void strings_memo_free(void *value)
+{
+    strings_memo *m = value;
+    if (m)
+        arena_free(m->a);
+    free(m);
+}
+
+static int strings_memo_build(node *n, void *ctx, void **value, cellar_error *err)
+{
+    (void)ctx;
+    strings_memo *m = calloc(1, sizeof *m);
+    arena *a = m ? arena_new() : NULL;
+    if (!a) {
+        free(m);
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", node_path(n));
+    }
+    m->a = a;
+    m->n = node_get_info(n)->shape[0];
+    m->v = arena_calloc(a, (size_t)(m->n ? m->n : 1), sizeof *m->v);
+    int rc = m->v ? 0 : cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'",
+                                    node_path(n));
+    for (int64_t start = 0; !rc && start < m->n; start += SCAN_CHUNK) {
+        int64_t k = m->n - start < SCAN_CHUNK ? m->n - start : SCAN_CHUNK;
+        dim_sel sel = dim_sel_range(start, k);
+        rc = node_read_strings(n, &sel, a, m->v + start, err);
+    }
+    if (rc) {
+        strings_memo_free(m);
+        return rc;
+    }
+    *value = m;
+    return 0;
+}
+
+/* The selected rows of a plain string index from its kept copy; 1 when the
+ * index is not one that is kept (the caller reads it). */
+static int read_kept_index(const frame *f, const frame_column *c, const dim_sel *rows,
+                           arena *a, column_values *out, cellar_error *err)
+{
+    if (c != &f->index || c->encoding != COL_STRING_ARRAY || c->mask || !c->values ||
+        f->n_rows > INDEX_KEEP_MAX_ROWS || node_get_info(c->values)->ndim != 1)
+        return 1;
+    void *v = NULL;
+    int rc = node_memo(c->values, &strings_memo_key, strings_memo_build, NULL, strings_memo_free,
+                       &v, err);
+    if (rc)
+        return rc;
+    const strings_memo *m = v;
+    char **data = arena_calloc(a, (size_t)(rows->count ? rows->count : 1), sizeof *data);
+    if (!data)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading column '%s'", c->name);
+    for (int64_t i = 0; i < rows->count; i++) {
+        int64_t r = dim_sel_at(rows, i);
+        if (r < 0 || r >= m->n)
+            return cellar_fail(err, CELLAR_ERANGE, "row %lld is outside '%s'", (long long)r,
+                               node_path(c->values));
+        data[i] = m->v[r];
+    }
+    out->data = data;
+    out->dtype = DT_STRING;
+    return 0;
+}
+
 int frame_read_column(const frame *f, const frame_column *c, const dim_sel *rows, arena *a,
                       column_values *out, cellar_error *err)
 {
@@ -847,6 +923,9 @@ int frame_read_column(const frame *f, const frame_column *c, const dim_sel *rows
     if (rc)
         return rc;
     out->count = rows->count;
+    rc = rows->count ? read_kept_index(f, c, rows, a, out, err) : 1;
+    if (rc <= 0)
+        return rc;
     switch (c->encoding) {
     case COL_CATEGORICAL:
         return read_categorical(f, c, rows, a, out, err);
