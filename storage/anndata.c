@@ -836,8 +836,9 @@ static int read_categorical(const frame *f, const frame_column *c, const dim_sel
     return 0;
 }
 
-/* Plain string indexes up to this many rows are read whole once per store
- * version and kept on their node (every obs/var answer names its rows). */
+/* String indexes (nullable or not) up to this many rows are read whole
+ * once per store version and kept on their node (every obs/var answer
+ * names its rows); a nullable one's mask is still read per request. */
 #define INDEX_KEEP_MAX_ROWS ((int64_t)1 << 20)
 
 typedef struct strings_memo {
@@ -883,12 +884,13 @@ static int strings_memo_build(node *n, void *ctx, void **value, cellar_error *er
     return 0;
 }
 
-/* The selected rows of a plain string index from its kept copy; 1 when the
+/* The selected rows of a string index from its kept copy; 1 when the
  * index is not one that is kept (the caller reads it). */
 static int read_kept_index(const frame *f, const frame_column *c, const dim_sel *rows,
                            arena *a, column_values *out, cellar_error *err)
 {
-    if (c != &f->index || c->encoding != COL_STRING_ARRAY || c->mask || !c->values ||
+    if (c != &f->index ||
+        (c->encoding != COL_STRING_ARRAY && c->encoding != COL_NULLABLE_STRING) || !c->values ||
         f->n_rows > INDEX_KEEP_MAX_ROWS || node_get_info(c->values)->ndim != 1)
         return 1;
     void *v = NULL;
@@ -909,7 +911,7 @@ static int read_kept_index(const frame *f, const frame_column *c, const dim_sel 
     }
     out->data = data;
     out->dtype = DT_STRING;
-    return 0;
+    return c->mask ? read_mask(c->mask, rows, rows->count, a, &out->missing, err) : 0;
 }
 
 int frame_read_column(const frame *f, const frame_column *c, const dim_sel *rows, arena *a,
