@@ -497,13 +497,14 @@ def matrix_targets(out):
                           p50 < 10 and st["index"]["state"] == "ready",
                           f"{R.fmt_ms(g[c]['p50_us'])} ms (index {st['index']['state']})"))
         if 64 in g:
-            cpu = [st[q][64].get("cpu_pct") for q in ("x_gene", "x_rows", "obsm")
-                   if isinstance(st.get(q), dict) and 64 in st[q]]
-            cpu = [c for c in cpu if c is not None]
-            if cpu:
+            runs = [(q, st[q][64]) for q in ("x_gene", "x_rows", "obsm")
+                    if isinstance(st.get(q), dict) and 64 in st[q] and "cpu_pct" in st[q][64]]
+            if runs:
                 t.append((f"{store}: 64 connections use both cores (cellar CPU over 100% of "
-                          "one core, each query)", min(cpu) > 100,
-                          ", ".join(f"{c:.0f}%" for c in cpu)))
+                          "one core, each query; machine busy in parentheses)",
+                          min(r["cpu_pct"] for _, r in runs) > 100,
+                          ", ".join(f"{q} {r['cpu_pct']:.0f}% ({r['machine_pct']:.0f}%)"
+                                    for q, r in runs)))
     st = out["stores"].get("matrix.h5ad", {})
     for qid, h in out["h5grove"].items():
         for c in MATRIX_CONNS:
