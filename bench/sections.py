@@ -78,6 +78,23 @@ def cpu_ticks(pid):
         return None
 
 
+def thread_ticks(pid):
+    """{tid: utime + stime} of every thread of pid."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[tid] = int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
 def machine_ticks():
     """(busy, total) jiffies of all cores, from /proc/stat."""
     with open("/proc/stat") as f:
@@ -107,6 +124,7 @@ def wrk_paths(cfg, workdir, base, name, paths, connections, cpu_pid=None, cycle=
         R.run_wrk(base + "/", connections, cfg["warmup"], cfg, script=script, extra_env=env,
                   warmup=False)
     t0, c0 = time.time(), cpu_ticks(cpu_pid) if cpu_pid else None
+    th0 = thread_ticks(cpu_pid) if cpu_pid else {}
     m0 = machine_ticks()
     res = R.run_wrk(base + "/", connections, cfg["duration"], cfg, script=script,
                     extra_env=env, warmup=False)
@@ -115,11 +133,18 @@ def wrk_paths(cfg, workdir, base, name, paths, connections, cpu_pid=None, cycle=
     res["machine_pct"] = 100.0 * (os.cpu_count() or 1) * (m1[0] - m0[0]) / max(m1[1] - m0[1], 1)
     if cpu_pid:
         c1 = cpu_ticks(cpu_pid)
+        wall = max(time.time() - t0, 1e-6)
         if c0 is not None and c1 is not None:
-            res["cpu_pct"] = 100.0 * (c1 - c0) / CLK_TCK / max(time.time() - t0, 1e-6)
+            res["cpu_pct"] = 100.0 * (c1 - c0) / CLK_TCK / wall
+        # Per thread: do both request threads work, whatever else runs?
+        th1 = thread_ticks(cpu_pid)
+        busy = sorted((100.0 * (th1[t] - th0.get(t, 0)) / CLK_TCK / wall for t in th1),
+                      reverse=True)
+        res["thread_pct"] = [round(b) for b in busy if b >= 1]
     R.log(f"{name} c{connections}: {res['rps']:.0f} req/s p50 {res['p50_us']}us "
           f"p99 {res['p99_us']}us errors {res['errors']}"
-          + (f" cpu {res['cpu_pct']:.0f}%" if "cpu_pct" in res else "")
+          + (f" cpu {res['cpu_pct']:.0f}% threads {res.get('thread_pct')}" if "cpu_pct" in res
+             else "")
           + f" machine {res['machine_pct']:.0f}%")
     return res
 
@@ -329,8 +354,8 @@ def tree_markdown(cfg, out, queries):
                 errors += r["errors"]
                 row += f" {r['rps']:,.0f} | {R.fmt_ms(r['p50_us'])} | {R.fmt_ms(r['p99_us'])} |"
             r = q.get(cmax) or {}
-            row += (f" {r['cpu_pct']:.0f}% ({r['machine_pct']:.0f}%) |" if "cpu_pct" in r
-                    else " — |")
+            row += (f" {r['cpu_pct']:.0f}% = {'+'.join(str(x) for x in r.get('thread_pct', []))}"
+                    f" ({r['machine_pct']:.0f}%) |" if "cpu_pct" in r else " — |")
             lines.append(row + f" {errors} |")
     lines.append("")
     ex = {qid: paths[0] for qid, _, paths in queries}
@@ -503,8 +528,9 @@ def matrix_targets(out):
                 t.append((f"{store}: 64 connections use both cores (cellar CPU over 100% of "
                           "one core, each query; machine busy in parentheses)",
                           min(r["cpu_pct"] for _, r in runs) > 100,
-                          ", ".join(f"{q} {r['cpu_pct']:.0f}% ({r['machine_pct']:.0f}%)"
-                                    for q, r in runs)))
+                          ", ".join(f"{q} {r['cpu_pct']:.0f}% = "
+                                    f"{'+'.join(str(x) for x in r.get('thread_pct', []))} "
+                                    f"({r['machine_pct']:.0f}%)" for q, r in runs)))
     st = out["stores"].get("matrix.h5ad", {})
     for qid, h in out["h5grove"].items():
         for c in MATRIX_CONNS:
@@ -569,8 +595,8 @@ def matrix_markdown(cfg, out):
                 row += (f" {r['rps']:,.0f} | {R.fmt_ms(r['p50_us'])} | {R.fmt_ms(r['p99_us'])} |"
                         if r else " — | — | — |")
             cpu = (q.get(64) or {}).get("cpu_pct")
-            row += (f" {cpu:.0f}% (machine {q[64]['machine_pct']:.0f}%) |"
-                    if cpu is not None else " — |")
+            row += (f" {cpu:.0f}% = {'+'.join(str(x) for x in q[64].get('thread_pct', []))} "
+                    f"(machine {q[64]['machine_pct']:.0f}%) |" if cpu is not None else " — |")
             h = out["h5grove"].get(qid)
             for c in MATRIX_CONNS:
                 if store == "matrix.h5ad" and h and c in h and c in q:
@@ -603,7 +629,9 @@ def matrix_markdown(cfg, out):
              "(`rows=s:s+100`); e.g. " + "; ".join(
                  f"`{p[0]}`" for _, _, p in matrix_queries(m, "matrix.h5ad")) + ". CPU is "
              "cellar's user + system time over the measured 64-connection run (from "
-             "`/proc/<pid>/stat`), in percent of one core (200% = both cores); in parentheses "
+             "`/proc/<pid>/stat`), in percent of one core (200% = both cores), split by "
+             "thread (`/proc/<pid>/task/*/stat`: the request threads; threads under 1% left "
+             "out); in parentheses "
              "the whole machine's busy share over the same run (`/proc/stat`): cellar, wrk "
              "(same two cores) and anything else running.")
     ex = out["h5grove"].get("x_rows", {}).get("example")
