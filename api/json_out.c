@@ -186,8 +186,8 @@ static size_t f32_text(int neg, uint64_t d, int p, int k, char *out)
 }
 
 /* The same text as fmt_f32_slow (the first precision from 6 up whose
- * nearest decimal reads back), computed with two double operations per
- * precision instead of snprintf and strtof; the rare cases the double
+ * nearest decimal reads back), computed from the 9-digit rounding with a
+ * few double operations instead of snprintf and strtof; the rare cases the double
  * arithmetic cannot decide (ties, near-ties, subnormals, far exponents) go
  * to fmt_f32_slow. */
 size_t fmt_f32(float v, char *out)
@@ -203,21 +203,33 @@ size_t fmt_f32(float v, char *out)
     double a = fabs((double)v);
     if (a < FLT_MIN)
         return fmt_f32_slow(v, out);
-    int k0;
-    frexp(a, &k0);
-    k0 = (int)floor((k0 - 1) * 0.30102999566398120); /* log10(2): within one */
-    for (int p = 6; p <= 9; p++) {
-        int k = k0;
-        uint64_t d;
-        if (f32_round(a, p, &k, &d))
+    int k9;
+    frexp(a, &k9);
+    k9 = (int)floor((k9 - 1) * 0.30102999566398120); /* log10(2): within one */
+    uint64_t d9;
+    if (f32_round(a, 9, &k9, &d9))
+        return fmt_f32_slow(v, out);
+    /* Shorter roundings from the 9-digit one: exact unless the dropped
+     * digits are exactly half (x lies within 0.5 of d9 and the boundary is
+     * an integer other than d9), then ask snprintf. */
+    for (int p = 6; p <= 8; p++) {
+        uint64_t div = (uint64_t)pow10_exact[9 - p], half = div / 2;
+        uint64_t d = d9 / div, rem = d9 % div;
+        if (rem == half)
             return fmt_f32_slow(v, out);
-        int ok = p == 9 ? 1 : f32_reads_back(a, d, p, k);
+        d += rem > half;
+        int k = k9;
+        if (d == (uint64_t)pow10_exact[p]) { /* carried to the next power of ten */
+            d /= 10;
+            k++;
+        }
+        int ok = f32_reads_back(a, d, p, k);
         if (ok < 0)
             return fmt_f32_slow(v, out);
         if (ok)
             return add_point(out, f32_text(signbit(v), d, p, k, out));
     }
-    return fmt_f32_slow(v, out); /* not reached: p == 9 always reads back */
+    return add_point(out, f32_text(signbit(v), d9, 9, k9, out));
 }
 
 float half_to_float(uint16_t h)
