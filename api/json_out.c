@@ -93,7 +93,7 @@ static double scale10(double a, int n)
  * under 2^-52, so the rounding is decided exactly unless the scaled value
  * lies within 1e-6 of a half (an exact tie or too close to call): then
  * returns -1 and the caller asks snprintf. */
-static int f32_round(double a, int p, int *k, uint64_t *d)
+static int f32_round(double a, int p, int *k, uint64_t *d, int *side)
 {
     for (int tries = 0; tries < 4; tries++) {
         int n = p - 1 - *k;
@@ -113,6 +113,9 @@ static int f32_round(double a, int p, int *k, uint64_t *d)
             continue;
         }
         *d = r;
+        /* where the exact value lies from r: above, below, or too close */
+        double diff = frac > 0.5 ? frac - 1.0 : frac;
+        *side = diff > 1e-6 ? 1 : diff < -1e-6 ? -1 : 0;
         return 0;
     }
     return -1;
@@ -207,17 +210,19 @@ size_t fmt_f32(float v, char *out)
     frexp(a, &k9);
     k9 = (int)floor((k9 - 1) * 0.30102999566398120); /* log10(2): within one */
     uint64_t d9;
-    if (f32_round(a, 9, &k9, &d9))
+    int side;
+    if (f32_round(a, 9, &k9, &d9, &side))
         return fmt_f32_slow(v, out);
-    /* Shorter roundings from the 9-digit one: exact unless the dropped
-     * digits are exactly half (x lies within 0.5 of d9 and the boundary is
-     * an integer other than d9), then ask snprintf. */
+    /* Shorter roundings from the 9-digit one: the exact value x lies within
+     * 0.5 of d9 and the rounding boundary is an integer, so the dropped
+     * digits decide, unless they are exactly half: then the side of d9 x
+     * lies on decides, and snprintf when that is too close to tell (a tie). */
     for (int p = 6; p <= 8; p++) {
         uint64_t div = (uint64_t)pow10_exact[9 - p], half = div / 2;
         uint64_t d = d9 / div, rem = d9 % div;
-        if (rem == half)
+        if (rem == half && !side)
             return fmt_f32_slow(v, out);
-        d += rem > half;
+        d += rem > half || (rem == half && side > 0);
         int k = k9;
         if (d == (uint64_t)pow10_exact[p]) { /* carried to the next power of ten */
             d /= 10;

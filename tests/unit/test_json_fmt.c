@@ -62,6 +62,10 @@ void test_json_fmt_f32_matches_reference(void)
     CHECK_STR_EQ(t, "0.0001");
     fmt_f32(1e10f, t);
     CHECK_STR_EQ(t, "1e+10");
+    fmt_f32(2567.06665f, t); /* 9 digits end in 5, the value lies above */
+    CHECK_STR_EQ(t, "2567.0667");
+    fmt_f32(1048576.5f, t); /* an exact tie at 7 digits: half-even */
+    CHECK_STR_EQ(t, "1048576.5");
     fmt_f32(-9.999999e-39f, t); /* subnormal: the reference path */
     CHECK_STR_EQ(t, "-1e-38");
     int bad = 0;
