@@ -113,9 +113,13 @@ static int f32_round(double a, int p, int *k, uint64_t *d, int *side)
             continue;
         }
         *d = r;
-        /* where the exact value lies from r: above, below, or too close */
+        /* where the exact value lies from r: above (1), below (-1), on it
+         * (2: a * 10^n is exact for 0 <= n <= 12, 24 bits times 5^n fitting
+         * in 53), or too close to tell (0) */
         double diff = frac > 0.5 ? frac - 1.0 : frac;
         *side = diff > 1e-6 ? 1 : diff < -1e-6 ? -1 : 0;
+        if (frac == 0.0 && n >= 0 && n <= 12)
+            *side = 2;
         return 0;
     }
     return -1;
@@ -216,13 +220,17 @@ size_t fmt_f32(float v, char *out)
     /* Shorter roundings from the 9-digit one: the exact value x lies within
      * 0.5 of d9 and the rounding boundary is an integer, so the dropped
      * digits decide, unless they are exactly half: then the side of d9 x
-     * lies on decides, and snprintf when that is too close to tell (a tie). */
+     * lies on decides (x == d9: a tie, to even), and snprintf when that is
+     * too close to tell. */
     for (int p = 6; p <= 8; p++) {
         uint64_t div = (uint64_t)pow10_exact[9 - p], half = div / 2;
         uint64_t d = d9 / div, rem = d9 % div;
         if (rem == half && !side)
             return fmt_f32_slow(v, out);
-        d += rem > half || (rem == half && side > 0);
+        if (rem == half && side == 2)
+            d += d & 1; /* an exact tie: to even, as printf rounds */
+        else
+            d += rem > half || (rem == half && side > 0);
         int k = k9;
         if (d == (uint64_t)pow10_exact[p]) { /* carried to the next power of ten */
             d /= 10;

@@ -64,7 +64,9 @@ void test_json_fmt_f32_matches_reference(void)
     CHECK_STR_EQ(t, "1e+10");
     fmt_f32(2567.06665f, t); /* 9 digits end in 5, the value lies above */
     CHECK_STR_EQ(t, "2567.0667");
-    fmt_f32(1048576.5f, t); /* an exact tie at 7 digits: half-even */
+    fmt_f32(19617.875f, t); /* an exact tie at 7 digits (to even), 8 read back */
+    CHECK_STR_EQ(t, "19617.875");
+    fmt_f32(1048576.5f, t);
     CHECK_STR_EQ(t, "1048576.5");
     fmt_f32(-9.999999e-39f, t); /* subnormal: the reference path */
     CHECK_STR_EQ(t, "-1e-38");
@@ -79,6 +81,15 @@ void test_json_fmt_f32_matches_reference(void)
         bad += !same_as_ref(bits);
     for (int i = -100000; i <= 100000 && bad < 10; i++) {
         float v = (float)i / 1000.0f, w = (float)i;
+        uint32_t b;
+        memcpy(&b, &v, sizeof b);
+        bad += !same_as_ref(b);
+        memcpy(&b, &w, sizeof b);
+        bad += !same_as_ref(b);
+    }
+    /* Dyadic values with exact decimal ties (19617.875 at 7 digits). */
+    for (int i = 1; i <= 200000 && bad < 10; i++) {
+        float v = (float)i / 8.0f, w = (float)i * 64.0f + 0.5f;
         uint32_t b;
         memcpy(&b, &v, sizeof b);
         bad += !same_as_ref(b);
