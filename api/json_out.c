@@ -433,25 +433,57 @@ static int ok_or_fail(json_out *j)
     return json_out_ok(j) ? 0 : -1;
 }
 
-/* Writes the separator a value needs here; key says the value is a string
- * that may stand as a map key.  0, or -1 when no value may come. */
-static int before_value(json_out *j, int key)
+/* The separator a value needs here (',' or ':', 0 for none) in *sep; key
+ * says the value is a string that may stand as a map key.  0, or -1 when
+ * no value may come. */
+static int before_value(json_out *j, int key, char *sep)
 {
-    unsigned char *st = &j->state[j->depth];
-    switch (*st) {
+    *sep = 0;
+    switch (j->state[j->depth]) {
     case JS_START: return 0;
-    case JS_MAP_FIRST:
+    case JS_MAP_FIRST: return key ? 0 : -1;
     case JS_MAP_KEY:
         if (!key)
             return -1;
-        if (*st == JS_MAP_KEY)
-            emit(j, ",", 1);
+        *sep = ',';
         return 0;
-    case JS_MAP_VAL: emit(j, ":", 1); return 0;
+    case JS_MAP_VAL: *sep = ':'; return 0;
     case JS_ARRAY_FIRST: return 0;
-    case JS_ARRAY_NEXT: emit(j, ",", 1); return 0;
+    case JS_ARRAY_NEXT: *sep = ','; return 0;
     default: return -1;
     }
+}
+
+/* Room for n more bytes within the limit, or NULL (over the limit, or out
+ * of memory: both recorded). Follow with commit(). */
+static char *room(json_out *j, size_t n)
+{
+    if (j->over)
+        return NULL;
+    if (j->limit && j->out->len + n > j->limit) {
+        j->over = 1;
+        return NULL;
+    }
+    return buf_reserve(j->out, n);
+}
+
+static void commit(json_out *j, size_t n)
+{
+    j->out->len += n;
+    j->out->data[j->out->len] = '\0';
+}
+
+/* The separator then text[0..n), in one append. */
+static void emit_sep(json_out *j, char sep, const char *text, size_t n)
+{
+    char *p = room(j, n + (sep != 0));
+    if (!p)
+        return;
+    size_t o = 0;
+    if (sep)
+        p[o++] = sep;
+    memcpy(p + o, text, n);
+    commit(j, o + n);
 }
 
 static void after_value(json_out *j)
@@ -470,22 +502,24 @@ static void after_value(json_out *j)
 /* A scalar (text already JSON). */
 static int scalar(json_out *j, const char *text, size_t n)
 {
-    if (before_value(j, 0)) {
+    char sep;
+    if (before_value(j, 0, &sep)) {
         j->failed = 1;
         return -1;
     }
-    emit(j, text, n);
+    emit_sep(j, sep, text, n);
     after_value(j);
     return ok_or_fail(j);
 }
 
 static int open_container(json_out *j, char c, unsigned char first)
 {
-    if (j->depth >= JSON_OUT_MAX_DEPTH || before_value(j, 0)) {
+    char sep;
+    if (j->depth >= JSON_OUT_MAX_DEPTH || before_value(j, 0, &sep)) {
         j->failed = 1;
         return -1;
     }
-    emit(j, &c, 1);
+    emit_sep(j, sep, &c, 1);
     j->state[++j->depth] = first;
     return ok_or_fail(j);
 }
@@ -538,13 +572,31 @@ static const char *escape_of(unsigned char c, char *hex)
     }
 }
 
-/* s[0..n), valid UTF-8, quoted and escaped. */
-static void emit_string(json_out *j, const char *s, size_t n)
+/* s[0..n), valid UTF-8, quoted and escaped, after sep. */
+static void emit_string(json_out *j, char sep, const char *s, size_t n)
 {
-    emit(j, "\"", 1);
+    size_t clean = 0;
+    while (clean < n && (unsigned char)s[clean] >= 0x20 && s[clean] != '"' && s[clean] != '\\')
+        clean++;
+    if (clean == n) { /* nothing to escape: one append */
+        char *p = room(j, n + 2 + (sep != 0));
+        if (!p)
+            return;
+        size_t o = 0;
+        if (sep)
+            p[o++] = sep;
+        p[o++] = '"';
+        memcpy(p + o, s, n);
+        o += n;
+        p[o++] = '"';
+        commit(j, o);
+        return;
+    }
+    char open[2] = {sep, '"'};
+    emit(j, sep ? open : open + 1, sep ? 2 : 1);
     size_t run = 0;
     char hex[8];
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = clean; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x20 && c != '"' && c != '\\')
             continue;
@@ -559,11 +611,12 @@ static void emit_string(json_out *j, const char *s, size_t n)
 
 static int string_value(json_out *j, const char *s, size_t n)
 {
-    if (before_value(j, 1)) {
+    char sep;
+    if (before_value(j, 1, &sep)) {
         j->failed = 1;
         return -1;
     }
-    emit_string(j, s, n);
+    emit_string(j, sep, s, n);
     after_value(j);
     return ok_or_fail(j);
 }
