@@ -100,7 +100,7 @@ static int f32_round(double a, int p, int *k, uint64_t *d, int *side)
         if (n > 22 || n < -22)
             return -1;
         double scaled = scale10(a, n);
-        double whole = floor(scaled), frac = scaled - whole;
+        double whole = (double)(uint64_t)scaled, frac = scaled - whole; /* 0 < scaled < 2^40 */
         if (fabs(frac - 0.5) < 1e-6)
             return -1;
         if (scaled < pow10_exact[p - 1]) {
@@ -192,6 +192,21 @@ static size_t f32_text(int neg, uint64_t d, int p, int k, char *out)
     return o;
 }
 
+/* d9 rounded to fewer digits (div = 10^(9 - p)) into *d; -1 when only
+ * snprintf can tell (see fmt_f32). */
+static inline int round_from9(uint64_t d9, int side, uint64_t div, uint64_t *d)
+{
+    uint64_t half = div / 2, q = d9 / div, rem = d9 % div;
+    if (rem == half && !side)
+        return -1;
+    if (rem == half && side == 2)
+        q += q & 1; /* an exact tie: to even, as printf rounds */
+    else
+        q += rem > half || (rem == half && side > 0);
+    *d = q;
+    return 0;
+}
+
 /* The same text as fmt_f32_slow (the first precision from 6 up whose
  * nearest decimal reads back), computed from the 9-digit rounding with a
  * few double operations instead of snprintf and strtof; the rare cases the double
@@ -210,9 +225,10 @@ size_t fmt_f32(float v, char *out)
     double a = fabs((double)v);
     if (a < FLT_MIN)
         return fmt_f32_slow(v, out);
-    int k9;
-    frexp(a, &k9);
-    k9 = (int)floor((k9 - 1) * 0.30102999566398120); /* log10(2): within one */
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    int e2 = (int)((bits >> 23) & 0xff) - 127; /* a in [2^e2, 2^(e2+1)) */
+    int k9 = (int)floor(e2 * 0.30102999566398120); /* log10(2): within one */
     uint64_t d9;
     int side;
     if (f32_round(a, 9, &k9, &d9, &side))
@@ -223,14 +239,13 @@ size_t fmt_f32(float v, char *out)
      * lies on decides (x == d9: a tie, to even), and snprintf when that is
      * too close to tell. */
     for (int p = 6; p <= 8; p++) {
-        uint64_t div = (uint64_t)pow10_exact[9 - p], half = div / 2;
-        uint64_t d = d9 / div, rem = d9 % div;
-        if (rem == half && !side)
+        uint64_t d;
+        /* constant divisors: multiplications, not divisions */
+        int r = p == 6 ? round_from9(d9, side, 1000, &d)
+                : p == 7 ? round_from9(d9, side, 100, &d)
+                         : round_from9(d9, side, 10, &d);
+        if (r)
             return fmt_f32_slow(v, out);
-        if (rem == half && side == 2)
-            d += d & 1; /* an exact tie: to even, as printf rounds */
-        else
-            d += rem > half || (rem == half && side > 0);
         int k = k9;
         if (d == (uint64_t)pow10_exact[p]) { /* carried to the next power of ten */
             d /= 10;
