@@ -132,7 +132,8 @@ test: deps
 endif
 
 # Benchmarks against the references (bench/, BENCHMARKS.md); never part of
-# `make test`.  A quick run by default (under 5 minutes); the full one is
+# `make test`.  A quick run by default (about 9 minutes with the tree and
+# matrix sections; BENCH_ONLY=... runs some sections); the full one is
 #   make bench BENCH_SCALE=1 BENCH_DURATION=15
 BENCH_SCALE    ?= 0.1
 BENCH_DURATION ?= 4
