@@ -7,17 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/fuzz/fuzz.h"
 #include "storage/codecs.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define MUST(cond)                                                                       \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-            abort();                                                                     \
-        }                                                                                \
-    } while (0)
 
 static void fuzz_decode(codec_id id, uint8_t mode, const uint8_t *data, size_t size)
 {

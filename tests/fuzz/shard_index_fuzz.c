@@ -8,17 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "tests/fuzz/fuzz.h"
 #include "storage/codecs.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define MUST(cond)                                                                       \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-            abort();                                                                     \
-        }                                                                                \
-    } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -10,20 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/fuzz/fuzz.h"
 #include "common/arena.h"
 #include "common/error.h"
 #include "storage/tree_index.h"
 #include "storage/tree_json.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define MUST(cond)                                                                   \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-            abort();                                                                 \
-        }                                                                            \
-    } while (0)
 
 static void check_tree(const tree_index *t)
 {
@@ -127,75 +118,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     return 0;
 }
 
-#ifndef CELLAR_LIBFUZZER
-static int replay_file(const char *path)
-{
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        perror(path);
-        return -1;
-    }
-    size_t cap = 4096, len = 0;
-    uint8_t *data = malloc(cap);
-    size_t got;
-    while (data && (got = fread(data + len, 1, cap - len, fp)) > 0) {
-        len += got;
-        if (len == cap) {
-            uint8_t *more = realloc(data, cap * 2);
-            if (!more) {
-                free(data);
-                data = NULL;
-                break;
-            }
-            data = more;
-            cap *= 2;
-        }
-    }
-    fclose(fp);
-    if (!data)
-        return -1;
-    LLVMFuzzerTestOneInput(data, len);
-    free(data);
-    return 0;
-}
-
-static int replay(const char *path, int *count)
-{
-    DIR *d = opendir(path);
-    if (!d) {
-        if (replay_file(path) < 0)
-            return -1;
-        (*count)++;
-        return 0;
-    }
-    struct dirent *de;
-    int rc = 0;
-    while ((de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.')
-            continue;
-        size_t n = strlen(path) + strlen(de->d_name) + 2;
-        char *full = malloc(n);
-        if (!full) {
-            rc = -1;
-            break;
-        }
-        snprintf(full, n, "%s/%s", path, de->d_name);
-        if (replay_file(full) < 0)
-            rc = -1;
-        else
-            (*count)++;
-        free(full);
-    }
-    closedir(d);
-    return rc;
-}
-
-int main(int argc, char **argv)
-{
-    int count = 0, failed = 0;
-    for (int i = 1; i < argc; i++)
-        failed |= replay(argv[i], &count) < 0;
-    printf("tree_json_fuzz: replayed %d inputs\n", count);
-    return failed ? 1 : 0;
-}
-#endif
+#define FUZZ_NAME "tree_json"
+#include "tests/fuzz/replay_main.h"

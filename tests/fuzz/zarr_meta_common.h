@@ -10,18 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/fuzz/fuzz.h"
 #include "common/arena.h"
 #include "storage/zarr_impl.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define MUST(cond)                                                                       \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-            abort();                                                                     \
-        }                                                                                \
-    } while (0)
 
 static void fuzz_read_fill(const zarr_array *za)
 {
