@@ -3,7 +3,6 @@
  * With libFuzzer: cc -DCELLAR_LIBFUZZER -fsanitize=fuzzer,address ...
  * Without it, main() replays every file named on the command line, or every
  * file in the directories named there (e.g. tests/fuzz/corpus/tree_json). */
-#include <dirent.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
