@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/satmath.h"
 #include "api/csv_out.h"
 #include "api/frame.h"
 #include "api/handlers.h"
@@ -200,33 +201,6 @@ static int binary_dtype(const frame_req *fr, dtype_kind *dt, cellar_error *err)
                        col_encoding_name(c->encoding));
 }
 
-static uint64_t add_sat(uint64_t a, uint64_t b)
-{
-    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
-}
-
-static uint64_t mul_sat(uint64_t a, uint64_t b)
-{
-    return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
-}
-
-/* Text bytes of one value of a numeric kind in JSON or CSV, separator
- * included: the longest the formatters write for it. */
-static uint64_t text_size(dtype_kind dt)
-{
-    switch (dt) {
-    case DT_BOOL: return 6;
-    case DT_INT8: case DT_UINT8: return 5;
-    case DT_INT16: case DT_UINT16: return 7;
-    case DT_INT32: case DT_UINT32: return 12;
-    case DT_INT64: case DT_UINT64: return 21;
-    case DT_FLOAT16: return 12;
-    case DT_FLOAT32: return 16;
-    case DT_FLOAT64: return 25;
-    default: return 8;
-    }
-}
-
 /* Bytes one row of a column takes in the answer's format.  Binary: what
  * frame_column_cost says.  Text: numbers at their longest text, strings at
  * frame_column_cost's estimate plus quotes and separator. */
@@ -237,11 +211,11 @@ static uint64_t row_cost(const frame_column *c, api_format fmt, int codes)
     switch (c->encoding) {
     case COL_ARRAY:
     case COL_NULLABLE_INTEGER:
-    case COL_NULLABLE_BOOLEAN: return text_size(c->dtype);
+    case COL_NULLABLE_BOOLEAN: return fmt_max_text(c->dtype);
     case COL_CATEGORICAL:
         if (codes)
-            return text_size(c->codes_dtype);
-        return c->dtype == DT_STRING ? frame_column_cost(c, 1) + 16 + 3 : text_size(c->dtype);
+            return fmt_max_text(c->codes_dtype);
+        return c->dtype == DT_STRING ? frame_column_cost(c, 1) + 16 + 3 : fmt_max_text(c->dtype);
     default: return frame_column_cost(c, 1) + 3;
     }
 }
@@ -252,11 +226,11 @@ static uint64_t fixed_cost(const frame_req *fr)
     uint64_t fixed = 128;
     for (size_t i = 0; i < fr->n_cols; i++) {
         const frame_column *c = fr->cols[i];
-        fixed = add_sat(fixed, 3 * strlen(c->name) + 32);
+        fixed = sat_add_u64(fixed, 3 * strlen(c->name) + 32);
         if (c->encoding == COL_CATEGORICAL && c->categories && fr->codes) {
             const node_info *ci = node_get_info(c->categories);
             if (ci->ndim == 1 && ci->shape[0] > 0)
-                fixed = add_sat(fixed, mul_sat((uint64_t)ci->shape[0], 24));
+                fixed = sat_add_u64(fixed, sat_mul_u64((uint64_t)ci->shape[0], 24));
         }
     }
     return fixed;
@@ -268,9 +242,9 @@ static int check_cost(api_request *req, const frame_req *fr, cellar_error *err)
     int binary = fr->fmt == FORMAT_BIN || fr->fmt == FORMAT_NPY;
     uint64_t per_row = binary ? 0 : row_cost(&fr->f.index, fr->fmt, 0);
     for (size_t i = 0; i < fr->n_cols; i++)
-        per_row = add_sat(per_row, row_cost(fr->cols[i], fr->fmt, fr->codes));
+        per_row = sat_add_u64(per_row, row_cost(fr->cols[i], fr->fmt, fr->codes));
     uint64_t fixed = binary ? 128 : fixed_cost(fr);
-    uint64_t total = add_sat(fixed, mul_sat((uint64_t)fr->rows.count, per_row));
+    uint64_t total = sat_add_u64(fixed, sat_mul_u64((uint64_t)fr->rows.count, per_row));
     uint64_t limit = api_limit(req);
     /* api_check_budget says limit / per_unit rows fit; account for the
      * fixed part by charging it to the rows. */

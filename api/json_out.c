@@ -734,3 +734,18 @@ int json_dump_buf(const json_t *doc, buf *out, cellar_error *err)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory writing JSON");
     return 0;
 }
+
+uint64_t fmt_max_text(dtype_kind dt)
+{
+    switch (dt) {
+    case DT_BOOL: return 6;
+    case DT_INT8: case DT_UINT8: return 5;
+    case DT_INT16: case DT_UINT16: return 7;
+    case DT_INT32: case DT_UINT32: return 12;
+    case DT_INT64: case DT_UINT64: return 21;
+    case DT_FLOAT16: return 12;
+    case DT_FLOAT32: return 16;
+    case DT_FLOAT64: return 25;
+    default: return 8;
+    }
+}

@@ -33,6 +33,10 @@
 size_t fmt_f64(double v, char *out);
 size_t fmt_f32(float v, char *out);
 
+/* The longest text the formatters write for one value of a numeric kind in
+ * JSON or CSV, separator included (for bounding an answer before reading). */
+uint64_t fmt_max_text(dtype_kind dt);
+
 /* IEEE half -> float, exactly. */
 float half_to_float(uint16_t h);
 

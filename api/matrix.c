@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/satmath.h"
 #include "api/csv_out.h"
 #include "api/frame.h"
 #include "api/handlers.h"
@@ -37,31 +38,7 @@ typedef struct matrix_req {
     int ci_asked;              /* a column selection of a CSR matrix */
 } matrix_req;
 
-static uint64_t add_sat(uint64_t a, uint64_t b)
-{
-    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
-}
-
-static uint64_t mul_sat(uint64_t a, uint64_t b)
-{
-    return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
-}
-
 /* Longest JSON/CSV text of one value, separator included. */
-static uint64_t text_size(dtype_kind dt)
-{
-    switch (dt) {
-    case DT_BOOL: return 6;
-    case DT_INT8: case DT_UINT8: return 5;
-    case DT_INT16: case DT_UINT16: return 7;
-    case DT_INT32: case DT_UINT32: return 12;
-    case DT_INT64: case DT_UINT64: return 21;
-    case DT_FLOAT16: return 12;
-    case DT_FLOAT32: return 16;
-    default: return 25;
-    }
-}
-
 /* The dtype of a binary answer: float16 widens to float32 under dtype=safe. */
 static dtype_kind out_dtype(const matrix_req *mr)
 {
@@ -342,14 +319,14 @@ static int attach_index(api_request *req, matrix_req *mr, cellar_error *err)
 static int check_dense_budget(api_request *req, const matrix_req *mr, cellar_error *err)
 {
     int binary = mr->fmt == FORMAT_BIN || mr->fmt == FORMAT_NPY;
-    uint64_t per_cell = binary ? dtype_size(out_dtype(mr)) : text_size(mr->m.dtype);
-    uint64_t per_row = add_sat(mul_sat((uint64_t)mr->cols.count, per_cell), binary ? 0 : 4);
+    uint64_t per_cell = binary ? dtype_size(out_dtype(mr)) : fmt_max_text(mr->m.dtype);
+    uint64_t per_row = sat_add_u64(sat_mul_u64((uint64_t)mr->cols.count, per_cell), binary ? 0 : 4);
     uint64_t fixed = 256;
     if (mr->rows_listed)
-        fixed = add_sat(fixed, mul_sat((uint64_t)mr->rows.count, 21));
+        fixed = sat_add_u64(fixed, sat_mul_u64((uint64_t)mr->rows.count, 21));
     if (mr->cols_listed)
-        fixed = add_sat(fixed, mul_sat((uint64_t)mr->cols.count, 21));
-    uint64_t total = add_sat(fixed, mul_sat((uint64_t)mr->rows.count, per_row));
+        fixed = sat_add_u64(fixed, sat_mul_u64((uint64_t)mr->cols.count, 21));
+    uint64_t total = sat_add_u64(fixed, sat_mul_u64((uint64_t)mr->rows.count, per_row));
     return api_check_budget(req, total, "rows", per_row, err);
 }
 
@@ -362,9 +339,9 @@ static int check_csr_budget(api_request *req, const matrix_req *mr, uint64_t *ma
     int rc = matrix_count_nnz(&mr->m, &mr->rows, &mr->cols, mr->ci, &nnz, err);
     if (rc)
         return rc;
-    uint64_t per_entry = add_sat(text_size(mr->m.dtype), 21);
-    uint64_t total = add_sat(add_sat(256, mul_sat((uint64_t)mr->rows.count + 1, 21)),
-                             mul_sat(nnz, per_entry));
+    uint64_t per_entry = sat_add_u64(fmt_max_text(mr->m.dtype), 21);
+    uint64_t total = sat_add_u64(sat_add_u64(256, sat_mul_u64((uint64_t)mr->rows.count + 1, 21)),
+                             sat_mul_u64(nnz, per_entry));
     uint64_t per_row = mr->rows.count ? total / (uint64_t)mr->rows.count + 1 : total;
     rc = api_check_budget(req, total, "rows", per_row, err);
     uint64_t limit = api_limit(req);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/satmath.h"
 #include "storage/anndata.h"
 #include "storage/column_index.h"
 
@@ -169,11 +170,6 @@ static int read_i64(node *n, const dim_sel *sel, int64_t *out, cellar_error *err
     if (widen_in_place(out, dt, sel->count))
         return cellar_fail(err, CELLAR_EFORMAT, "'%s' holds a value over 2^63", node_path(n));
     return 0;
-}
-
-static uint64_t mul_sat(uint64_t a, uint64_t b)
-{
-    return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
 }
 
 static int sel_is_all(const dim_sel *s, int64_t length)
@@ -593,7 +589,7 @@ static void plan_make(plan *p, const matrix *m, const dim_sel *rows, const dim_s
 int matrix_count_nnz(const matrix *m, const dim_sel *rows, const dim_sel *cols,
                      const column_index *ci, uint64_t *nnz, cellar_error *err)
 {
-    uint64_t cells = mul_sat((uint64_t)rows->count, (uint64_t)cols->count);
+    uint64_t cells = sat_mul_u64((uint64_t)rows->count, (uint64_t)cols->count);
     *nnz = cells;
     if (m->layout == MATRIX_DENSE || cells == 0)
         return 0;
@@ -760,8 +756,8 @@ int matrix_read_dense(const matrix *m, const dim_sel *rows, const dim_sel *cols,
                       const column_index *ci, void *out, size_t out_bytes, cellar_error *err)
 {
     size_t es = dtype_size(m->dtype);
-    uint64_t cells = mul_sat((uint64_t)rows->count, (uint64_t)cols->count);
-    if (mul_sat(cells, es) != out_bytes)
+    uint64_t cells = sat_mul_u64((uint64_t)rows->count, (uint64_t)cols->count);
+    if (sat_mul_u64(cells, es) != out_bytes)
         return cellar_fail(err, CELLAR_EINTERNAL, "dense read of '%s': buffer size mismatch",
                            node_path(m->element));
     if (cells == 0)
