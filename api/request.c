@@ -387,6 +387,14 @@ int api_open_store(api_request *req, cellar_error *err)
     return registry_get(req->registry, req->store_name, &req->store, err);
 }
 
+int api_check_plain_json(const api_request *req, cellar_error *err)
+{
+    static const char *const allowed[] = {NULL};
+    api_format fmt;
+    int rc = api_check_params(req, allowed, err);
+    return rc ? rc : api_negotiate_format(req, 1u << FORMAT_JSON, &fmt, err);
+}
+
 /* ---- helpers shared by the handlers (api/handlers.h) ---- */
 
 uint64_t api_limit(const api_request *req)

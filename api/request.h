@@ -126,6 +126,11 @@ int api_check_params(const api_request *req, const char *const *allowed, cellar_
 int api_negotiate_format(const api_request *req, unsigned allowed, api_format *out,
                          cellar_error *err);
 
+/* For routes that take no parameter and answer JSON only: rejects any
+ * parameter but `format` (CELLAR_EINVAL) and any format but JSON
+ * (CELLAR_EINVAL / CELLAR_ENOTACCEPT, as api_negotiate_format). */
+int api_check_plain_json(const api_request *req, cellar_error *err);
+
 /* Adds a response header (name static, value copied into the arena). */
 int api_add_header(api_request *req, api_response *res, const char *name, const char *value);
 

@@ -265,11 +265,7 @@ static int reply(api_response *res, doc *d, cellar_error *err)
 
 int api_stores_list(api_request *req, api_response *res, cellar_error *err)
 {
-    static const char *const allowed[] = {NULL};
-    api_format fmt;
-    int rc = api_check_params(req, allowed, err);
-    if (!rc)
-        rc = api_negotiate_format(req, 1u << FORMAT_JSON, &fmt, err);
+    int rc = api_check_plain_json(req, err);
     store_listing *list = NULL;
     size_t n = 0;
     if (!rc)
@@ -444,11 +440,7 @@ static int summary_from_cache(store *s, const rendered *r, api_response *res,
 
 int api_store_summary(api_request *req, api_response *res, cellar_error *err)
 {
-    static const char *const allowed[] = {NULL};
-    api_format fmt;
-    int rc = api_check_params(req, allowed, err);
-    if (!rc)
-        rc = api_negotiate_format(req, 1u << FORMAT_JSON, &fmt, err);
+    int rc = api_check_plain_json(req, err);
     if (!rc)
         rc = api_open_store(req, err);
     if (rc)
@@ -499,11 +491,7 @@ static int modlist_build(void *ctx, void **value, size_t *bytes, cellar_error *e
 
 int api_mod_list(api_request *req, api_response *res, cellar_error *err)
 {
-    static const char *const allowed[] = {NULL};
-    api_format fmt;
-    int rc = api_check_params(req, allowed, err);
-    if (!rc)
-        rc = api_negotiate_format(req, 1u << FORMAT_JSON, &fmt, err);
+    int rc = api_check_plain_json(req, err);
     if (!rc)
         rc = api_open_store(req, err);
     if (rc)

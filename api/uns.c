@@ -191,12 +191,8 @@ static void write_node(uns_ctx *c, node *n, int depth, int top)
 
 int api_uns(api_request *req, api_response *res, cellar_error *err)
 {
-    static const char *const allowed[] = {NULL};
-    api_format fmt;
     node *ad, *n;
-    int rc = api_check_params(req, allowed, err);
-    if (!rc)
-        rc = api_negotiate_format(req, 1u << FORMAT_JSON, &fmt, err);
+    int rc = api_check_plain_json(req, err);
     if (!rc)
         rc = api_ad_group(req, &ad, err);
     if (rc)
