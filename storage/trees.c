@@ -6,8 +6,12 @@
 #include <string.h>
 
 #include "common/arena.h"
+#include "storage/h5_stream.h"
 #include "storage/registry.h"
 #include "storage/tree_json.h"
+
+/* Pieces in which an .h5td JSON string is read from the file and parsed. */
+#define TREES_STREAM_PIECE ((size_t)1 << 20)
 
 /* Re-prefixes an error's detail ("obst: ..."), keeping its code. */
 static int fail_prefixed(cellar_error *err, int code, const char *prefix)
@@ -31,17 +35,13 @@ void trees_free(trees_loaded *t)
 
 /* ---- JSON layouts (.h5td, pre-0.3 zarr) ---- */
 
-static int load_json(node *t, const char *axis, tree_forest **out, cellar_error *err)
+static int load_json_text(node *t, const char *axis, tree_forest **out, cellar_error *err)
 {
-    const node_info *info = node_get_info(t);
-    if (info->type != NODE_ARRAY || info->dtype != DT_STRING ||
-        !(info->ndim == 0 || (info->ndim == 1 && info->shape[0] == 1)))
-        return cellar_fail(err, CELLAR_EFORMAT,
-                           "%s is neither a group of trees nor a JSON string of trees", axis);
     arena *a = arena_new();
     if (!a)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", axis);
     char *text = NULL;
+    const node_info *info = node_get_info(t);
     dim_sel one = dim_sel_range(0, 1);
     int rc = node_read_strings(t, info->ndim == 1 ? &one : NULL, a, &text, err);
     if (!rc && !text)
@@ -53,6 +53,55 @@ static int load_json(node *t, const char *axis, tree_forest **out, cellar_error 
     }
     arena_free(a);
     return rc;
+}
+
+typedef struct stream_ctx {
+    tree_json_reader *r;
+    int started;
+} stream_ctx;
+
+static int stream_sink(void *ctx, const char *data, size_t len, cellar_error *err)
+{
+    stream_ctx *sc = ctx;
+    sc->started = 1;
+    return tree_json_reader_feed(sc->r, data, len, err);
+}
+
+/* The .h5td string parsed while it is read from the file, without holding
+ * it in memory.  1 when this way does not apply or the JSON does not parse
+ * (then the caller reads the text through the backend, which also replaces
+ * invalid UTF-8 as every string read does, so answers and errors stay those
+ * of that path); 0 or an error otherwise. */
+static int load_json_streamed(node *t, const char *file_path, tree_forest **out,
+                              cellar_error *err)
+{
+    if (!file_path)
+        return 1;
+    stream_ctx sc = {.r = tree_json_reader_new()};
+    if (!sc.r)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", node_path(t));
+    cellar_error local;
+    cellar_error_clear(&local);
+    int rc = h5_stream_vlen_string(file_path, node_path(t), TREES_STREAM_PIECE, stream_sink,
+                                   &sc, &local);
+    if (!rc)
+        rc = tree_json_reader_finish(sc.r, out, &local);
+    tree_json_reader_free(sc.r);
+    if (rc == CELLAR_ENOMEM || rc == CELLAR_EIO || (rc && sc.started && rc != CELLAR_EFORMAT))
+        return cellar_fail(err, rc, "%s", local.detail);
+    return rc ? 1 : 0;
+}
+
+static int load_json(node *t, const char *axis, const char *file_path, tree_forest **out,
+                     cellar_error *err)
+{
+    const node_info *info = node_get_info(t);
+    if (info->type != NODE_ARRAY || info->dtype != DT_STRING ||
+        !(info->ndim == 0 || (info->ndim == 1 && info->shape[0] == 1)))
+        return cellar_fail(err, CELLAR_EFORMAT,
+                           "%s is neither a group of trees nor a JSON string of trees", axis);
+    int rc = load_json_streamed(t, file_path, out, err);
+    return rc == 1 ? load_json_text(t, axis, out, err) : rc;
 }
 
 /* ---- columnar zarr layout (treedata >= 0.3) ---- */
@@ -311,7 +360,10 @@ static int measure(trees_loaded *t, cellar_error *err)
     return 0;
 }
 
-int trees_load(node *group, const char *axis, trees_loaded **out, cellar_error *err)
+/* trees_load; file_path (may be NULL) is the HDF5 file that holds group,
+ * for streaming an .h5td string from it. */
+static int trees_load_from(node *group, const char *axis, const char *file_path,
+                           trees_loaded **out, cellar_error *err)
 {
     *out = NULL;
     if (strcmp(axis, "obst") != 0 && strcmp(axis, "vart") != 0)
@@ -330,7 +382,7 @@ int trees_load(node *group, const char *axis, trees_loaded **out, cellar_error *
         rc = t->forest ? load_columnar(tn, axis, t->forest, err)
                        : cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", axis);
     } else {
-        rc = load_json(tn, axis, &t->forest, err);
+        rc = load_json(tn, axis, file_path, &t->forest, err);
     }
     if (!rc)
         rc = measure(t, err);
@@ -340,6 +392,11 @@ int trees_load(node *group, const char *axis, trees_loaded **out, cellar_error *
     }
     *out = t;
     return 0;
+}
+
+int trees_load(node *group, const char *axis, trees_loaded **out, cellar_error *err)
+{
+    return trees_load_from(group, axis, NULL, out, err);
 }
 
 /* ---- the per-version cache ---- */
@@ -354,6 +411,7 @@ typedef struct trees_cached {
 typedef struct build_ctx {
     node *group;
     const char *axis;
+    const char *file_path;
 } build_ctx;
 
 static void cached_free(void *value)
@@ -372,7 +430,7 @@ static int cached_build(void *ctx, void **value, size_t *bytes, cellar_error *er
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", bc->axis);
     cellar_error local;
     cellar_error_clear(&local);
-    int rc = trees_load(bc->group, bc->axis, &c->loaded, &local);
+    int rc = trees_load_from(bc->group, bc->axis, bc->file_path, &c->loaded, &local);
     if (rc == CELLAR_EFORMAT || rc == CELLAR_ETOOBIG) {
         /* A file that is broken stays broken for this version: remember. */
         c->code = rc;
@@ -396,7 +454,7 @@ int trees_get(struct store *s, node *group, const char *axis, const trees_loaded
     int kn = snprintf(key, sizeof key, "trees:%s:%s", node_path(group), axis);
     if (kn < 0 || (size_t)kn >= sizeof key)
         return cellar_fail(err, CELLAR_EINVAL, "group path too long for the tree cache");
-    build_ctx ctx = {group, axis};
+    build_ctx ctx = {group, axis, store_path(s)};
     void *v = NULL;
     int rc = store_derived(s, key, cached_build, &ctx, cached_free, &v, err);
     if (rc)
