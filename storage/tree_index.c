@@ -10,16 +10,20 @@ enum { RMQ_SHIFT = 5, RMQ_BLOCK = 1 << RMQ_SHIFT };
 
 static const char empty_attrs[] = "{}";
 
+enum { MAX_BLOCKS = 24 };
+
 struct tree_index {
-    arena *a;
+    arena *a;                /* the texts */
     int32_t n, n_edges, n_roots, n_leaves, max_depth;
     int uses_length;
+    void *blocks[MAX_BLOCKS];  /* the arrays below, each malloc'd */
+    int n_blocks;
+    size_t block_bytes;
     const char **id;
     const char **attrs;
     const char **eattrs;     /* attributes of the edge into each node */
     double *blen;            /* `length` of the edge into each node, or NAN */
-    uint32_t *hash;          /* hash of each id */
-    int32_t *slot;           /* open addressing table of node numbers, -1 empty */
+    uint32_t *slot;          /* open addressing table of node numbers */
     uint32_t slot_mask;
     int32_t *parent;
     int32_t *child_off;      /* n + 1 */
@@ -33,7 +37,7 @@ struct tree_index {
     int32_t *rmq;            /* rmq_levels rows of rmq_blocks preorder positions */
 };
 
-static uint32_t hash_bytes(const char *s, size_t n)
+uint32_t tree_index_hash_id(const char *s, size_t n)
 {
     /* FNV-1a with a final avalanche so that the low bits are well mixed. */
     uint32_t h = 2166136261u;
@@ -47,9 +51,24 @@ static uint32_t hash_bytes(const char *s, size_t n)
     return h;
 }
 
+/* Takes `p` (malloc'd, may be NULL) as one of the index's blocks; frees it
+ * and returns NULL when there is no room. */
+static void *adopt(tree_index *t, void *p, size_t bytes)
+{
+    if (!p || t->n_blocks == MAX_BLOCKS) {
+        free(p);
+        return NULL;
+    }
+    t->blocks[t->n_blocks++] = p;
+    t->block_bytes += bytes;
+    return p;
+}
+
 static void *alloc_n(tree_index *t, size_t count, size_t size)
 {
-    return arena_calloc(t->a, count ? count : 1, size);
+    if (!count)
+        count = 1;
+    return adopt(t, calloc(count, size), count * size);
 }
 
 static int fail_nomem(cellar_error *err)
@@ -57,17 +76,27 @@ static int fail_nomem(cellar_error *err)
     return cellar_fail(err, CELLAR_ENOMEM, "out of memory while indexing a tree");
 }
 
+void tree_parts_free(tree_parts *p)
+{
+    free(p->ids);
+    free(p->attrs);
+    free(p->src);
+    free(p->dst);
+    free(p->eattrs);
+    free(p->elen);
+    free(p->slot);
+    p->ids = NULL;
+    p->attrs = NULL;
+    p->src = p->dst = NULL;
+    p->eattrs = NULL;
+    p->elen = NULL;
+    p->slot = NULL;
+}
+
+/* The arrays the traversal fills, made once the edge lists are gone. */
 static int index_alloc(tree_index *t)
 {
     size_t n = (size_t)t->n;
-    t->id = alloc_n(t, n, sizeof *t->id);
-    t->attrs = alloc_n(t, n, sizeof *t->attrs);
-    t->eattrs = alloc_n(t, n, sizeof *t->eattrs);
-    t->blen = alloc_n(t, n, sizeof *t->blen);
-    t->hash = alloc_n(t, n, sizeof *t->hash);
-    t->parent = alloc_n(t, n, sizeof *t->parent);
-    t->child_off = alloc_n(t, n + 1, sizeof *t->child_off);
-    t->child = alloc_n(t, n, sizeof *t->child);
     t->depth = alloc_n(t, n, sizeof *t->depth);
     t->pre = alloc_n(t, n, sizeof *t->pre);
     t->end = alloc_n(t, n, sizeof *t->end);
@@ -77,30 +106,43 @@ static int index_alloc(tree_index *t)
     t->x = alloc_n(t, n, sizeof *t->x);
     t->y = alloc_n(t, n, sizeof *t->y);
     t->xmax = alloc_n(t, n, sizeof *t->xmax);
-    return t->id && t->attrs && t->eattrs && t->blen && t->hash && t->parent &&
-                   t->child_off && t->child && t->depth && t->pre && t->end && t->order &&
-                   t->leaf_count && t->leaf_first && t->x && t->y && t->xmax
+    return t->depth && t->pre && t->end && t->order && t->leaf_count && t->leaf_first &&
+                   t->x && t->y && t->xmax
                ? 0
                : -1;
 }
 
-static int build_hash(tree_index *t, cellar_error *err)
+static void slot_place(uint32_t *slot, uint32_t mask, const char *id, uint32_t v)
 {
-    size_t cap = 16;
-    while (cap < (size_t)t->n * 2)
-        cap <<= 1;
-    t->slot = alloc_n(t, cap, sizeof *t->slot);
+    uint32_t i = tree_index_hash_id(id, strlen(id)) & mask;
+    while (slot[i] != UINT32_MAX)
+        i = (i + 1) & mask;
+    slot[i] = v;
+}
+
+/* Takes the builder's table, or makes one. */
+static int take_hash(tree_index *t, tree_parts *p, cellar_error *err)
+{
+    size_t cap = p->slot_cap;
+    if (p->slot && (cap & (cap - 1)) == 0 && cap >= (size_t)t->n * 2 && cap >= 2 &&
+        cap <= (size_t)UINT32_MAX + 1) {
+        t->slot = adopt(t, p->slot, cap * sizeof *t->slot);
+        p->slot = NULL;
+    } else {
+        free(p->slot);
+        p->slot = NULL;
+        for (cap = 16; cap < (size_t)t->n * 2;)
+            cap <<= 1;
+        t->slot = alloc_n(t, cap, sizeof *t->slot);
+        if (t->slot) {
+            memset(t->slot, 0xff, cap * sizeof *t->slot);
+            for (int32_t v = 0; v < t->n; v++)
+                slot_place(t->slot, (uint32_t)(cap - 1), t->id[v], (uint32_t)v);
+        }
+    }
     if (!t->slot)
         return fail_nomem(err);
-    memset(t->slot, 0xff, (size_t)cap * sizeof *t->slot);
     t->slot_mask = (uint32_t)(cap - 1);
-    for (int32_t v = 0; v < t->n; v++) {
-        t->hash[v] = hash_bytes(t->id[v], strlen(t->id[v]));
-        uint32_t i = t->hash[v] & t->slot_mask;
-        while (t->slot[i] >= 0)
-            i = (i + 1) & t->slot_mask;
-        t->slot[i] = v;
-    }
     return 0;
 }
 
@@ -108,25 +150,53 @@ int32_t tree_index_find(const tree_index *t, const char *id, size_t len)
 {
     if (!t || t->n == 0)
         return -1;
-    uint32_t h = hash_bytes(id, len);
+    uint32_t h = tree_index_hash_id(id, len);
     for (uint32_t i = h & t->slot_mask;; i = (i + 1) & t->slot_mask) {
-        int32_t v = t->slot[i];
-        if (v < 0)
+        uint32_t v = t->slot[i];
+        if (v == UINT32_MAX)
             return -1;
-        if (t->hash[v] == h && strncmp(t->id[v], id, len) == 0 && t->id[v][len] == '\0')
-            return v;
+        if (strncmp(t->id[v], id, len) == 0 && t->id[v][len] == '\0')
+            return (int32_t)v;
     }
 }
 
-/* Parents from the edges, and children as CSR in edge order. */
-static int link_edges(tree_index *t, const int32_t *src, const int32_t *dst,
-                      const char *const *edge_attrs, const double *edge_length,
-                      cellar_error *err)
+/* Each node's incoming edge attributes and length, from the edge lists,
+ * which are freed then. */
+static int scatter_edge_attrs(tree_index *t, tree_parts *p, cellar_error *err)
 {
-    for (int32_t v = 0; v < t->n; v++) {
-        t->parent[v] = -1;
+    t->eattrs = alloc_n(t, (size_t)t->n, sizeof *t->eattrs);
+    t->blen = alloc_n(t, (size_t)t->n, sizeof *t->blen);
+    if (!t->eattrs || !t->blen)
+        return fail_nomem(err);
+    for (int32_t v = 0; v < t->n; v++)
         t->blen[v] = NAN;
+    for (int32_t e = 0; e < t->n_edges; e++) {
+        int32_t d = p->dst[e];
+        if (d < 0 || d >= t->n)
+            continue; /* reported by link_edges */
+        t->eattrs[d] = p->eattrs && p->eattrs[e] ? p->eattrs[e] : empty_attrs;
+        t->blen[d] = p->elen ? p->elen[e] : NAN;
     }
+    free(p->eattrs);
+    free(p->elen);
+    p->eattrs = NULL;
+    p->elen = NULL;
+    return 0;
+}
+
+/* Parents from the edges, and children as CSR in edge order; frees the
+ * edge lists. */
+static int link_edges(tree_index *t, tree_parts *p, cellar_error *err)
+{
+    const int32_t *src = p->src, *dst = p->dst;
+    size_t n = (size_t)t->n;
+    t->parent = alloc_n(t, n, sizeof *t->parent);
+    t->child_off = alloc_n(t, n + 1, sizeof *t->child_off);
+    t->child = alloc_n(t, n, sizeof *t->child);
+    if (!t->parent || !t->child_off || !t->child)
+        return fail_nomem(err);
+    for (int32_t v = 0; v < t->n; v++)
+        t->parent[v] = -1;
     for (int32_t e = 0; e < t->n_edges; e++) {
         int32_t s = src[e], d = dst[e];
         if (s < 0 || s >= t->n || d < 0 || d >= t->n)
@@ -139,17 +209,20 @@ static int link_edges(tree_index *t, const int32_t *src, const int32_t *dst,
                                "tree node '%s' has two parents ('%s' and '%s')", t->id[d],
                                t->id[t->parent[d]], t->id[s]);
         t->parent[d] = s;
-        t->eattrs[d] = edge_attrs && edge_attrs[e] ? edge_attrs[e] : empty_attrs;
-        t->blen[d] = edge_length ? edge_length[e] : NAN;
         t->child_off[s + 1]++;
     }
     for (int32_t v = 0; v < t->n; v++)
         t->child_off[v + 1] += t->child_off[v];
-    /* depth is free until the traversal: use it as the fill cursor. */
-    for (int32_t v = 0; v < t->n; v++)
-        t->depth[v] = t->child_off[v];
+    /* child is filled with a cursor per node: start from child_off and
+     * shift back afterwards, so no cursor array is needed. */
     for (int32_t e = 0; e < t->n_edges; e++)
-        t->child[t->depth[src[e]]++] = dst[e];
+        t->child[t->child_off[src[e]]++] = dst[e];
+    for (int32_t v = t->n; v > 0; v--)
+        t->child_off[v] = t->child_off[v - 1];
+    t->child_off[0] = 0;
+    free(p->src);
+    free(p->dst);
+    p->src = p->dst = NULL;
     return 0;
 }
 
@@ -334,66 +407,79 @@ static int32_t rmq_query(const tree_index *t, int32_t lo, int32_t hi)
     return m;
 }
 
-static int copy_nodes(tree_index *t, const char *const *ids, const char *const *node_attrs)
-{
-    for (int32_t v = 0; v < t->n; v++) {
-        t->id[v] = ids[v];
-        t->attrs[v] = node_attrs && node_attrs[v] ? node_attrs[v] : empty_attrs;
-        t->eattrs[v] = NULL;
-    }
-    return 0;
-}
-
-int tree_index_build(arena *a, int32_t n_nodes, const char *const *ids,
-                     const char *const *node_attrs, int32_t n_edges, const int32_t *src,
-                     const int32_t *dst, const char *const *edge_attrs,
-                     const double *edge_length, tree_index **out, cellar_error *err)
+int tree_index_build(arena *a, tree_parts *p, tree_index **out, cellar_error *err)
 {
     int rc = 0;
     *out = NULL;
     tree_index *t = NULL;
-    if (!a)
-        return fail_nomem(err);
-    if (n_nodes < 0 || n_edges < 0 || n_nodes == INT32_MAX || n_edges == INT32_MAX) {
+    if (!a) {
+        rc = fail_nomem(err);
+        goto done;
+    }
+    if (p->n_nodes < 0 || p->n_edges < 0 || p->n_nodes == INT32_MAX ||
+        p->n_edges == INT32_MAX) {
         rc = cellar_fail(err, CELLAR_ETOOBIG, "tree has too many nodes or edges");
         goto done;
     }
-    t = arena_alloc(a, sizeof *t);
+    t = arena_calloc(a, 1, sizeof *t);
     if (!t) {
         rc = fail_nomem(err);
         goto done;
     }
     t->a = a;
-    t->n = n_nodes;
-    t->n_edges = n_edges;
+    t->n = p->n_nodes;
+    t->n_edges = p->n_edges;
+    size_t n = (size_t)t->n;
+    if (!p->ids)
+        p->ids = calloc(n ? n : 1, sizeof *p->ids);
+    t->id = adopt(t, p->ids, n * sizeof *t->id);
+    p->ids = NULL;
+    if (!p->attrs)
+        p->attrs = calloc(n ? n : 1, sizeof *p->attrs);
+    t->attrs = adopt(t, p->attrs, n * sizeof *t->attrs);
+    p->attrs = NULL;
+    if (!t->id || !t->attrs) {
+        rc = fail_nomem(err);
+        goto done;
+    }
+    for (int32_t v = 0; v < t->n; v++)
+        if (!t->attrs[v])
+            t->attrs[v] = empty_attrs;
+    if ((rc = take_hash(t, p, err)) < 0 || (rc = scatter_edge_attrs(t, p, err)) < 0 ||
+        (rc = link_edges(t, p, err)) < 0)
+        goto done;
     if (index_alloc(t) < 0) {
         rc = fail_nomem(err);
         goto done;
     }
-    copy_nodes(t, ids, node_attrs);
-    if ((rc = link_edges(t, src, dst, edge_attrs, edge_length, err)) < 0 ||
-        (rc = find_roots(t, err)) < 0 || (rc = traverse(t, err)) < 0)
+    if ((rc = find_roots(t, err)) < 0 || (rc = traverse(t, err)) < 0)
         goto done;
     accumulate(t);
-    if ((rc = layout(t, err)) < 0 || (rc = build_rmq(t, err)) < 0 ||
-        (rc = build_hash(t, err)) < 0)
+    if ((rc = layout(t, err)) < 0 || (rc = build_rmq(t, err)) < 0)
         goto done;
     *out = t;
     return 0;
 done:
-    arena_free(a);
+    tree_parts_free(p);
+    if (t)
+        tree_index_free(t);
+    else
+        arena_free(a);
     return rc;
 }
 
 void tree_index_free(tree_index *t)
 {
-    if (t)
-        arena_free(t->a);
+    if (!t)
+        return;
+    for (int i = 0; i < t->n_blocks; i++)
+        free(t->blocks[i]);
+    arena_free(t->a);
 }
 
 size_t tree_index_bytes(const tree_index *t)
 {
-    return t ? arena_bytes(t->a) : 0;
+    return t ? arena_bytes(t->a) + t->block_bytes : 0;
 }
 
 int32_t tree_index_node_count(const tree_index *t) { return t->n; }

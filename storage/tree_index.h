@@ -18,8 +18,10 @@
  *   sparse table over the blocks);
  * - a layout for drawing: x and y per node (see tree_index_x).
  *
- * Memory: everything lives in one arena owned by the index; tree_index_bytes
- * reports it.  An index is immutable once built and may be read by many
+ * Memory: the texts live in one arena owned by the index, the per-node
+ * arrays in blocks of their own (so that the temporary arrays of a build
+ * can be given back before the next ones are made); tree_index_bytes
+ * reports both.  An index is immutable once built and may be read by many
  * threads at once without locks.
  *
  * Functions taking a node number expect 0 <= node < tree_index_node_count;
@@ -36,30 +38,51 @@
 
 typedef struct tree_index tree_index;
 
-/* Builds an index from node and edge lists (the JSON reader and the columnar
- * builder in storage/tree_json.h call this; tests and other readers may too).
+/* What an index is built from (the JSON reader and the columnar builder in
+ * storage/tree_json.h fill it).  Every array is malloc'd and is taken over
+ * by tree_index_build in every case: the index keeps ids, attrs and slot,
+ * and frees the edge arrays as soon as it has read them (so that a build
+ * holds little more than the finished index).
  *
- * - `a` is taken over by the index in every case: on success the index owns
- *   it, on failure it has been freed.
- * - ids[i], node_attrs[i] and edge_attrs[e] must be NUL-terminated strings
- *   that live in `a` (or are static); the index keeps pointing at them.  The
- *   pointer arrays themselves and src/dst/edge_length are only read during
- *   the call.  node_attrs may be NULL (every node gets "{}"), and so may
- *   node_attrs[i]; edge_attrs may be NULL, and so may edge_attrs[e] (then
- *   that edge's attributes read as "{}").  Attribute texts should be compact
- *   JSON objects (the builder guarantees it); they are served verbatim.
- * - edge_length may be NULL (no edge has a usable `length`); an entry is NAN
- *   when that edge has no numeric `length`.
- * - ids must be distinct (not checked here: the builder checks it).
+ * - ids[v]: node v's id, NUL-terminated, living in the arena given with the
+ *   parts (or static); distinct (not checked here: the builder checks it).
+ * - attrs[v] (attrs may be NULL, and so may attrs[v]: then "{}"): node v's
+ *   attributes as a compact JSON object text in the arena, served verbatim.
+ * - src[e] -> dst[e]: the edges; eattrs[e] their attribute texts (eattrs or
+ *   eattrs[e] may be NULL: "{}"); elen[e] their numeric `length` or NAN
+ *   (elen may be NULL: none has one).
+ * - slot (may be NULL: built here): the id hash table, slot_cap (a power of
+ *   two, at least twice n_nodes) entries of node numbers or UINT32_MAX for
+ *   an empty slot; node v sits at the first free slot probing linearly from
+ *   tree_index_hash_id(ids[v]) & (slot_cap - 1). */
+typedef struct tree_parts {
+    int32_t n_nodes;
+    const char **ids;
+    const char **attrs;
+    int32_t n_edges;
+    int32_t *src, *dst;
+    const char **eattrs;
+    double *elen;
+    uint32_t *slot;
+    size_t slot_cap;
+} tree_parts;
+
+/* The hash of an id, as the slot table places it. */
+uint32_t tree_index_hash_id(const char *s, size_t n);
+
+/* Builds an index from `p` (whose arrays it takes over, see above, and
+ * whose members it sets to NULL) and the arena `a` holding the texts, which
+ * is taken over too: on success the index owns it, on failure it has been
+ * freed.
  *
  * Errors (CELLAR_EFORMAT, naming the node by id): an edge from a node to
  * itself, a node with two parents, a cycle, src/dst out of range.
  * CELLAR_ENOMEM when memory runs out; CELLAR_ETOOBIG past INT32_MAX - 1
  * nodes or edges. */
-int tree_index_build(arena *a, int32_t n_nodes, const char *const *ids,
-                     const char *const *node_attrs, int32_t n_edges, const int32_t *src,
-                     const int32_t *dst, const char *const *edge_attrs,
-                     const double *edge_length, tree_index **out, cellar_error *err);
+int tree_index_build(arena *a, tree_parts *p, tree_index **out, cellar_error *err);
+
+/* Frees a tree_parts' arrays (not the arena); NULL members are fine. */
+void tree_parts_free(tree_parts *p);
 
 /* Frees the index and its arena. NULL is fine. */
 void tree_index_free(tree_index *t);

@@ -356,10 +356,11 @@ struct tree_builder {
     int32_t n, ncap, n_decl;
     const char **id;
     const char **attrs;
-    uint32_t *hash;
     int32_t *decl;         /* declaration number, -1 until declared */
     uint64_t *slot;        /* hash << 32 | node number; UINT64_MAX empty */
     size_t slot_cap;
+    /* recent attribute texts by hash, so that repeated ones are kept once */
+    const char **dedup;
     int32_t ne, ecap;
     int32_t *src, *dst;
     const char **eattrs;
@@ -368,18 +369,7 @@ struct tree_builder {
     char msg[ERR_ID_MAX * 4 + 64];
 };
 
-static uint32_t bhash(const char *s, size_t n)
-{
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 16777619u;
-    }
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    return h;
-}
+enum { DEDUP_SLOTS = 1 << 16 };
 
 tree_builder *tree_builder_new(const char *what)
 {
@@ -403,8 +393,8 @@ void tree_builder_free(tree_builder *b)
     free(b->what);
     free(b->id);
     free(b->attrs);
-    free(b->hash);
     free(b->decl);
+    free(b->dedup);
     free(b->slot);
     free(b->src);
     free(b->dst);
@@ -440,6 +430,23 @@ static const char *pool_dup(tree_builder *b, const char *s, size_t n)
     return p;
 }
 
+/* pool_dup for attribute texts: a text equal to a recent one (same slot of
+ * a small table by hash) is kept once; the index never writes to them. */
+static const char *attrs_dup(tree_builder *b, const char *s, size_t n)
+{
+    if (n == 2 && s[0] == '{' && s[1] == '}')
+        return empty_attrs;
+    if (!b->dedup && !(b->dedup = calloc(DEDUP_SLOTS, sizeof *b->dedup)))
+        return NULL;
+    const char **slot = &b->dedup[tree_index_hash_id(s, n) & (DEDUP_SLOTS - 1)];
+    if (*slot && memcmp(*slot, s, n) == 0 && (*slot)[n] == '\0')
+        return *slot;
+    const char *p = pool_dup(b, s, n);
+    if (p)
+        *slot = p;
+    return p;
+}
+
 /* A short printable form of an id for messages. */
 static const char *short_id(char *buf, size_t size, const char *s, size_t n)
 {
@@ -463,10 +470,7 @@ static int grow_nodes(tree_builder *b)
     const char **attrs = id ? realloc(b->attrs, (size_t)cap * sizeof *attrs) : NULL;
     if (attrs)
         b->attrs = attrs;
-    uint32_t *hash = attrs ? realloc(b->hash, (size_t)cap * sizeof *hash) : NULL;
-    if (hash)
-        b->hash = hash;
-    int32_t *decl = hash ? realloc(b->decl, (size_t)cap * sizeof *decl) : NULL;
+    int32_t *decl = attrs ? realloc(b->decl, (size_t)cap * sizeof *decl) : NULL;
     if (!decl)
         return -1;
     b->decl = decl;
@@ -481,11 +485,14 @@ static int rehash(tree_builder *b)
     if (!slot)
         return -1;
     memset(slot, 0xff, cap * sizeof *slot);
-    for (int32_t v = 0; v < b->n; v++) {
-        size_t i = b->hash[v] & (cap - 1);
+    for (size_t k = 0; k < b->slot_cap; k++) {
+        uint64_t e = b->slot[k];
+        if (e == UINT64_MAX)
+            continue;
+        size_t i = (uint32_t)(e >> 32) & (cap - 1);
         while (slot[i] != UINT64_MAX)
             i = (i + 1) & (cap - 1);
-        slot[i] = (uint64_t)b->hash[v] << 32 | (uint32_t)v;
+        slot[i] = e;
     }
     free(b->slot);
     b->slot = slot;
@@ -506,7 +513,7 @@ static int32_t intern(tree_builder *b, const char *id, size_t len, cellar_error 
         fail_nomem(err);
         return -1;
     }
-    uint32_t h = bhash(id, len);
+    uint32_t h = tree_index_hash_id(id, len);
     size_t i = h & (b->slot_cap - 1);
     for (; b->slot[i] != UINT64_MAX; i = (i + 1) & (b->slot_cap - 1)) {
         if ((uint32_t)(b->slot[i] >> 32) != h)
@@ -526,7 +533,6 @@ static int32_t intern(tree_builder *b, const char *id, size_t len, cellar_error 
         return -1;
     }
     b->attrs[v] = empty_attrs;
-    b->hash[v] = h;
     b->decl[v] = -1;
     b->slot[i] = (uint64_t)h << 32 | (uint32_t)v;
     b->n++;
@@ -543,7 +549,7 @@ static int add_node_raw(tree_builder *b, const char *id, size_t len, const char 
     if (b->decl[v] >= 0)
         return cellar_fail(err, CELLAR_EFORMAT, "%s: node '%s' is listed twice", b->what,
                            short_id(sid, sizeof sid, id, len));
-    if (attrs && !(b->attrs[v] = pool_dup(b, attrs, attrs_len)))
+    if (attrs && !(b->attrs[v] = attrs_dup(b, attrs, attrs_len)))
         return fail_nomem(err);
     b->decl[v] = b->n_decl++;
     return 0;
@@ -571,17 +577,22 @@ static int grow_edges(tree_builder *b)
     return 0;
 }
 
+/* *src_node (may be NULL) caches the node number of s across calls with the
+ * same s (-1: not known yet). */
 static int add_edge_raw(tree_builder *b, const char *s, size_t slen, const char *d, size_t dlen,
-                        const char *attrs, size_t attrs_len, double length, cellar_error *err)
+                        const char *attrs, size_t attrs_len, double length, int32_t *src_node,
+                        cellar_error *err)
 {
-    int32_t u = intern(b, s, slen, err);
+    int32_t u = src_node && *src_node >= 0 ? *src_node : intern(b, s, slen, err);
+    if (src_node)
+        *src_node = u;
     int32_t v = u < 0 ? -1 : intern(b, d, dlen, err);
     if (v < 0)
         return err && err->code ? err->code : CELLAR_EFORMAT;
     if (b->ne == b->ecap && grow_edges(b) < 0)
         return cellar_fail(err, CELLAR_ENOMEM, "%s: out of memory at %d edges", b->what,
                            (int)b->ne);
-    const char *text = attrs ? pool_dup(b, attrs, attrs_len) : empty_attrs;
+    const char *text = attrs ? attrs_dup(b, attrs, attrs_len) : empty_attrs;
     if (!text)
         return fail_nomem(err);
     b->src[b->ne] = u;
@@ -624,7 +635,7 @@ int tree_builder_add_edge(tree_builder *b, const char *src, const char *dst,
                           const char *attrs_json, cellar_error *err)
 {
     if (!attrs_json)
-        return add_edge_raw(b, src, strlen(src), dst, strlen(dst), NULL, 0, NAN, err);
+        return add_edge_raw(b, src, strlen(src), dst, strlen(dst), NULL, 0, NAN, NULL, err);
     char s1[ERR_ID_MAX], s2[ERR_ID_MAX];
     snprintf(b->msg, sizeof b->msg, "edge '%s' -> '%s' of %s",
              short_id(s1, sizeof s1, src, strlen(src)), short_id(s2, sizeof s2, dst, strlen(dst)),
@@ -635,7 +646,8 @@ int tree_builder_add_edge(tree_builder *b, const char *src, const char *dst,
     const char *text;
     size_t len;
     cap_result(&b->cap, &text, &len);
-    return add_edge_raw(b, src, strlen(src), dst, strlen(dst), text, len, b->cap.length, err);
+    return add_edge_raw(b, src, strlen(src), dst, strlen(dst), text, len, b->cap.length, NULL,
+                        err);
 }
 
 /* Shortest text that reads back as v, always with a '.' or exponent. */
@@ -750,40 +762,79 @@ int tree_builder_add_edges(tree_builder *b, int64_t n, const char *const *src,
         const char *text;
         size_t len;
         cap_result(&b->cap, &text, &len);
-        rc = add_edge_raw(b, s, strlen(s), d, strlen(d), text, len, b->cap.length, err);
+        rc = add_edge_raw(b, s, strlen(s), d, strlen(d), text, len, b->cap.length, NULL, err);
         if (rc < 0)
             return rc;
     }
     return 0;
 }
 
+/* The slot table with declaration numbers instead of node numbers, as
+ * 32-bit entries in the same memory (shrunk to them). */
+static uint32_t *slots_renumbered(tree_builder *b)
+{
+    unsigned char *mem = (unsigned char *)b->slot;
+    for (size_t i = 0; i < b->slot_cap; i++) {
+        uint64_t e;
+        memcpy(&e, mem + i * sizeof e, sizeof e);
+        /* entry i of the 32-bit table lies at or below entry i of the 64-bit
+         * one, which was read already */
+        uint32_t v = e == UINT64_MAX ? UINT32_MAX : (uint32_t)b->decl[(uint32_t)e];
+        memcpy(mem + i * sizeof v, &v, sizeof v);
+    }
+    uint32_t *slot = realloc(mem, b->slot_cap * sizeof *slot);
+    b->slot = NULL;
+    return slot ? slot : (uint32_t *)mem;
+}
+
+/* Puts id[] and attrs[] into declaration order in place (decl is used up). */
+static void permute_nodes(tree_builder *b)
+{
+    for (int32_t v = 0; v < b->n; v++) {
+        while (b->decl[v] != v) {
+            int32_t j = b->decl[v];
+            const char *tid = b->id[j], *tat = b->attrs[j];
+            b->id[j] = b->id[v];
+            b->attrs[j] = b->attrs[v];
+            b->id[v] = tid;
+            b->attrs[v] = tat;
+            b->decl[v] = b->decl[j];
+            b->decl[j] = j;
+        }
+    }
+}
+
 /* Renumbers nodes in declaration order and hands everything to the index. */
 static int builder_build(tree_builder *b, tree_index **out, cellar_error *err)
 {
-    int rc = 0;
-    const char **ids = malloc((size_t)(b->n > 0 ? b->n : 1) * sizeof *ids);
-    const char **attrs = malloc((size_t)(b->n > 0 ? b->n : 1) * sizeof *attrs);
-    if (!ids || !attrs) {
-        rc = fail_nomem(err);
-        goto done;
-    }
-    for (int32_t v = 0; v < b->n; v++) {
-        ids[b->decl[v]] = b->id[v];
-        attrs[b->decl[v]] = b->attrs[v];
-    }
     for (int32_t e = 0; e < b->ne; e++) {
         b->src[e] = b->decl[b->src[e]];
         b->dst[e] = b->decl[b->dst[e]];
     }
+    tree_parts p = {.n_nodes = b->n, .n_edges = b->ne};
+    if (b->slot) {
+        p.slot_cap = b->slot_cap;
+        p.slot = slots_renumbered(b);
+    }
+    permute_nodes(b);
+    free(b->decl);
+    free(b->dedup);
+    b->decl = NULL;
+    b->dedup = NULL;
+    p.ids = b->id;
+    p.attrs = b->attrs;
+    p.src = b->src;
+    p.dst = b->dst;
+    p.eattrs = b->eattrs;
+    p.elen = b->elen;
+    b->id = b->attrs = b->eattrs = NULL;
+    b->src = b->dst = NULL;
+    b->elen = NULL;
     arena *a = b->a;
     b->a = NULL;
-    rc = tree_index_build(a, b->n, ids, attrs, b->ne, b->src, b->dst, b->eattrs, b->elen, out,
-                          err);
+    int rc = tree_index_build(a, &p, out, err);
     if (rc < 0 && err && err->code == rc)
         err_prefix(err, b->what);
-done:
-    free(ids);
-    free(attrs);
     return rc;
 }
 
@@ -827,6 +878,7 @@ struct tree_json_reader {
     int top_done;
     int rc;
     keybuf tree_key, k3, k4;
+    int32_t k3_node;       /* k3's node number once an edge interned it, else -1 */
     char what[ERR_ID_MAX + 16];
     tree_builder *b;
     tree_forest *forest;
@@ -910,7 +962,7 @@ static int rd_capture_done(tree_json_reader *r)
     int rc = r->section == SEC_NODES
                  ? add_node_raw(r->b, r->k3.s, r->k3.len, text, len, r->err)
                  : add_edge_raw(r->b, r->k3.s, r->k3.len, r->k4.s, r->k4.len, text, len,
-                                c->length, r->err);
+                                c->length, &r->k3_node, r->err);
     if (rc < 0) {
         r->rc = rc;
         return 0;
@@ -1054,6 +1106,8 @@ static int rd_map_key(void *ctx, const unsigned char *s, size_t n)
         r->rc = fail_nomem(r->err);
         return 0;
     }
+    if (r->depth == 3)
+        r->k3_node = -1;
     return 1;
 }
 

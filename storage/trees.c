@@ -1,6 +1,7 @@
 #include "storage/trees.h"
 
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -431,6 +432,9 @@ static int cached_build(void *ctx, void **value, size_t *bytes, cellar_error *er
     cellar_error local;
     cellar_error_clear(&local);
     int rc = trees_load_from(bc->group, bc->axis, bc->file_path, &c->loaded, &local);
+    /* A big tree's build frees tens of MB of parser and builder memory in
+     * small pieces that malloc would keep: give them back to the system. */
+    malloc_trim(0);
     if (rc == CELLAR_EFORMAT || rc == CELLAR_ETOOBIG) {
         /* A file that is broken stays broken for this version: remember. */
         c->code = rc;
