@@ -11,6 +11,7 @@
 #include "api/frame.h"
 #include "api/handlers.h"
 #include "api/json_out.h"
+#include "api/npy_out.h"
 #include "storage/anndata.h"
 #include "storage/column_index.h"
 #include "storage/matrix.h"
@@ -30,6 +31,7 @@ typedef struct matrix_req {
     dim_sel rows, cols;
     int rows_listed, cols_listed;  /* given as a list or by names: echo positions */
     api_format fmt;
+    int npz;                   /* format=npz (fmt is then FORMAT_BIN) */
     int csr;                   /* layout=csr */
     int safe;                  /* dtype=safe */
     const column_index *ci;
@@ -273,6 +275,16 @@ static int parse_options(api_request *req, matrix_req *mr, cellar_error *err)
     else if (dt && strcmp(dt, "stored") != 0)
         return cellar_fail(err, CELLAR_EINVAL, "dtype must be 'safe' or 'stored', not '%s'", dt);
     int sparse = mr->m.layout != MATRIX_DENSE;
+    if (mr->npz) {
+        /* .npz is scipy.sparse's file format: a CSR answer. */
+        if (!sparse)
+            return cellar_fail(err, CELLAR_ENOTACCEPT, "%s is stored dense: format=npz is for "
+                               "sparse matrices (use npy or bin)", mr->what);
+        if (layout && strcmp(layout, "csr") != 0)
+            return cellar_fail(err, CELLAR_ENOTACCEPT, "format=npz answers layout=csr only");
+        mr->csr = 1;
+        return 0;
+    }
     if (!layout) {
         /* obsp/varp are pairwise graphs: CSR by default in JSON. */
         const char *el = req->element;
@@ -288,10 +300,10 @@ static int parse_options(api_request *req, matrix_req *mr, cellar_error *err)
     if (!sparse)
         return cellar_fail(err, CELLAR_EINVAL, "%s is stored dense: layout=csr is for sparse "
                            "matrices", mr->what);
-    if (mr->fmt != FORMAT_JSON)
+    if (mr->fmt != FORMAT_JSON && mr->fmt != FORMAT_BIN)
         return cellar_fail(err, CELLAR_ENOTACCEPT,
-                           "layout=csr is answered in JSON only; use layout=dense for %s",
-                           mr->fmt == FORMAT_CSV ? "csv" : mr->fmt == FORMAT_NPY ? "npy" : "bin");
+                           "layout=csr is answered in json, bin or npz, not %s; or use "
+                           "layout=dense", mr->fmt == FORMAT_CSV ? "csv" : "npy");
     mr->csr = 1;
     return 0;
 }
@@ -330,8 +342,21 @@ static int check_dense_budget(api_request *req, const matrix_req *mr, cellar_err
     return api_check_budget(req, total, "rows", per_row, err);
 }
 
+/* Index types of a binary CSR answer, as scipy picks them: int32 when the
+ * values fit. */
+static dtype_kind csr_indices_dtype(const matrix_req *mr)
+{
+    return mr->cols.count <= INT32_MAX ? DT_INT32 : DT_INT64;
+}
+
+static dtype_kind csr_indptr_dtype(uint64_t nnz)
+{
+    return nnz <= INT32_MAX ? DT_INT32 : DT_INT64;
+}
+
 /* CSR answers: bounded by the stored entries indptr says the selection can
- * hold; the read itself stops at what the limit allows. */
+ * hold (binary: their bytes; JSON: their longest text); the read itself
+ * stops at what the limit allows. */
 static int check_csr_budget(api_request *req, const matrix_req *mr, uint64_t *max_nnz,
                             cellar_error *err)
 {
@@ -339,11 +364,19 @@ static int check_csr_budget(api_request *req, const matrix_req *mr, uint64_t *ma
     int rc = matrix_count_nnz(&mr->m, &mr->rows, &mr->cols, mr->ci, &nnz, err);
     if (rc)
         return rc;
-    uint64_t per_entry = sat_add_u64(fmt_max_text(mr->m.dtype), 21);
-    uint64_t total = sat_add_u64(sat_add_u64(256, sat_mul_u64((uint64_t)mr->rows.count + 1, 21)),
-                             sat_mul_u64(nnz, per_entry));
+    int binary = mr->fmt == FORMAT_BIN;
+    uint64_t per_entry = binary ? dtype_size(csr_indices_dtype(mr)) + dtype_size(out_dtype(mr))
+                                : sat_add_u64(fmt_max_text(mr->m.dtype), 21);
+    uint64_t per_ptr = binary ? 8 : 21, fixed = binary ? 2048 : 256;
+    uint64_t total = sat_add_u64(sat_add_u64(fixed, sat_mul_u64((uint64_t)mr->rows.count + 1,
+                                                                per_ptr)),
+                                 sat_mul_u64(nnz, per_entry));
     uint64_t per_row = mr->rows.count ? total / (uint64_t)mr->rows.count + 1 : total;
     rc = api_check_budget(req, total, "rows", per_row, err);
+    if (!rc && mr->npz && total > NPZ_MAX_BYTES)
+        rc = cellar_fail(err, CELLAR_ETOOBIG, "an .npz answer is at most 4 GiB; request fewer "
+                         "rows at a time (about %" PRIu64 ")",
+                         NPZ_MAX_BYTES / (per_row ? per_row : 1));
     uint64_t limit = api_limit(req);
     *max_nnz = limit ? limit / per_entry + 1 : 0;
     return rc;
@@ -497,18 +530,214 @@ static int write_binary(api_request *req, api_response *res, const matrix_req *m
     return 0;
 }
 
+/* ---- binary CSR answers: format=bin / npz with layout=csr ----
+ * bin: indptr | indices | data, each section starting at a multiple of 8
+ * bytes (zero padding between), so a browser can view each as a typed
+ * array; npz: scipy.sparse.save_npz's archive (see docs/responses.md). */
+
+typedef struct csr_bin {
+    dtype_kind ip_dt, ix_dt, val_dt;
+    int64_t n_rows, nnz;
+    size_t ip_off, ix_off, val_off; /* in res->body */
+    npz_writer z;
+} csr_bin;
+
+static size_t align8(size_t n)
+{
+    return (n + 7) & ~(size_t)7;
+}
+
+/* Lays out the answer for nnz entries: every section's room reserved in
+ * res->body, its offset recorded, nothing filled yet. */
+static int csr_bin_layout(const matrix_req *mr, api_response *res, int64_t nnz, csr_bin *cb,
+                          cellar_error *err)
+{
+    buf *b = &res->body;
+    b->len = 0;
+    cb->ip_dt = csr_indptr_dtype((uint64_t)nnz);
+    cb->ix_dt = csr_indices_dtype(mr);
+    cb->val_dt = out_dtype(mr);
+    cb->n_rows = mr->rows.count;
+    cb->nnz = nnz;
+    size_t ipb = (size_t)(cb->n_rows + 1) * dtype_size(cb->ip_dt);
+    size_t ixb = (size_t)nnz * dtype_size(cb->ix_dt), vb = (size_t)nnz * dtype_size(cb->val_dt);
+    if (!mr->npz) {
+        cb->ip_off = 0;
+        cb->ix_off = align8(ipb);
+        cb->val_off = align8(cb->ix_off + ixb);
+        size_t total = cb->val_off + vb;
+        char *p = buf_reserve(b, total ? total : 1);
+        if (!p)
+            return cellar_fail(err, CELLAR_ENOMEM, "out of memory for a CSR answer");
+        memset(p, 0, cb->val_off); /* the padding */
+        b->len = total;
+        return 0;
+    }
+    int64_t shape[2] = {mr->rows.count, mr->cols.count}, n = nnz, np1 = cb->n_rows + 1, two = 2;
+    size_t fmt_off, shape_off;
+    /* Room for the whole archive at once: filling never moves it. */
+    npz_init(&cb->z, b);
+    if (!buf_reserve(b, ipb + ixb + vb + 2048) ||
+        npz_add(&cb->z, "format", "|S3", NULL, 0, 3, &fmt_off) ||
+        npz_add(&cb->z, "shape", "<i8", &two, 1, 16, &shape_off) ||
+        npz_add(&cb->z, "indptr", dtype_npy_descr(cb->ip_dt), &np1, 1, ipb, &cb->ip_off) ||
+        npz_add(&cb->z, "indices", dtype_npy_descr(cb->ix_dt), &n, 1, ixb, &cb->ix_off) ||
+        npz_add(&cb->z, "data", dtype_npy_descr(cb->val_dt), &n, 1, vb, &cb->val_off))
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory for a CSR answer");
+    memcpy(b->data + fmt_off, "csr", 3);
+    memcpy(b->data + shape_off, shape, sizeof shape);
+    return 0;
+}
+
+/* Writes indptr (as int64 values, rebased on their first) in the answer's
+ * index type. */
+static void csr_bin_indptr(csr_bin *cb, char *body, const int64_t *indptr)
+{
+    char *p = body + cb->ip_off;
+    int64_t base = indptr[0];
+    for (int64_t i = 0; i <= cb->n_rows; i++) {
+        int64_t v = indptr[i] - base;
+        if (cb->ip_dt == DT_INT32) {
+            int32_t w = (int32_t)v;
+            memcpy(p + (size_t)i * 4, &w, 4);
+        } else {
+            memcpy(p + (size_t)i * 8, &v, 8);
+        }
+    }
+}
+
+/* float16 values widened to float32 (dtype=safe). */
+static void widen_halves(char *dst, const void *src, int64_t n)
+{
+    const uint16_t *h = src;
+    for (int64_t i = 0; i < n; i++) {
+        float f = half_to_float(h[i]);
+        memcpy(dst + (size_t)i * 4, &f, 4);
+    }
+}
+
+static int csr_bin_finish(api_request *req, api_response *res, const matrix_req *mr,
+                          csr_bin *cb, cellar_error *err)
+{
+    char shape[64], nnz[32];
+    snprintf(shape, sizeof shape, "%" PRId64 ",%" PRId64, mr->rows.count, mr->cols.count);
+    snprintf(nnz, sizeof nnz, "%" PRId64, cb->nnz);
+    if (mr->npz && npz_finish(&cb->z))
+        return cellar_fail(err, res->body.failed ? CELLAR_ENOMEM : CELLAR_ETOOBIG,
+                           "the .npz answer cannot be written (over 4 GiB, or out of memory)");
+    if (api_add_header(req, res, "X-Shape", shape) ||
+        api_add_header(req, res, "X-Dtype", dtype_name(cb->val_dt)) ||
+        api_add_header(req, res, "X-Nnz", nnz) ||
+        api_add_header(req, res, "X-Indptr-Dtype", dtype_name(cb->ip_dt)) ||
+        api_add_header(req, res, "X-Indices-Dtype", dtype_name(cb->ix_dt)))
+        return cellar_fail(err, CELLAR_EINTERNAL, "too many response headers");
+    res->status = 200;
+    res->content_type = mr->npz ? "application/zip" : "application/octet-stream";
+    return 0;
+}
+
+/* Whole stored rows: the stored ranges read straight into the answer.
+ * *done is 0 when the rows' indices are not in ascending order (the
+ * general path then orders them). */
+static int csr_bin_run(api_request *req, api_response *res, const matrix_req *mr, csr_bin *cb,
+                       int *done, cellar_error *err)
+{
+    *done = 0;
+    int64_t n = mr->rows.count;
+    int64_t *indptr = arena_alloc(req->arena, (size_t)(n + 1) * sizeof *indptr);
+    if (!indptr)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", mr->what);
+    int rc = matrix_run_indptr(&mr->m, &mr->rows, indptr, err);
+    if (rc)
+        return rc;
+    int64_t nnz = indptr[n] - indptr[0];
+    rc = csr_bin_layout(mr, res, nnz, cb, err);
+    if (rc)
+        return rc;
+    char *body = res->body.data;
+    csr_bin_indptr(cb, body, indptr);
+    int widen = cb->val_dt != mr->m.dtype;
+    void *vals = widen ? arena_alloc(req->arena, (size_t)(nnz ? nnz : 1) * 2)
+                       : body + cb->val_off;
+    if (!vals)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", mr->what);
+    int ascending;
+    rc = matrix_run_entries(&mr->m, indptr, n, cb->ix_dt, body + cb->ix_off, vals, &ascending,
+                            err);
+    if (rc || !ascending)
+        return rc;
+    if (widen)
+        widen_halves(body + cb->val_off, vals, nnz);
+    *done = 1;
+    return csr_bin_finish(req, res, mr, cb, err);
+}
+
+static int write_csr_binary(api_request *req, api_response *res, const matrix_req *mr,
+                            uint64_t max_nnz, cellar_error *err)
+{
+    csr_bin cb;
+    memset(&cb, 0, sizeof cb);
+    if (matrix_csr_is_run(&mr->m, &mr->rows, &mr->cols) && !mr->ci) {
+        int done;
+        int rc = csr_bin_run(req, res, mr, &cb, &done, err);
+        if (rc || done)
+            return rc;
+    }
+    matrix_csr csr;
+    int rc = matrix_read_csr(&mr->m, &mr->rows, &mr->cols, mr->ci, max_nnz, req->arena, &csr,
+                             err);
+    if (!rc)
+        rc = csr_bin_layout(mr, res, csr.nnz, &cb, err);
+    if (rc)
+        return rc;
+    char *body = res->body.data;
+    csr_bin_indptr(&cb, body, csr.indptr);
+    for (int64_t i = 0; i < csr.nnz; i++) {
+        if (cb.ix_dt == DT_INT32) {
+            int32_t w = (int32_t)csr.indices[i];
+            memcpy(body + cb.ix_off + (size_t)i * 4, &w, 4);
+        } else {
+            memcpy(body + cb.ix_off + (size_t)i * 8, &csr.indices[i], 8);
+        }
+    }
+    if (cb.val_dt != csr.dtype)
+        widen_halves(body + cb.val_off, csr.data, csr.nnz);
+    else
+        memcpy(body + cb.val_off, csr.data, (size_t)csr.nnz * dtype_size(csr.dtype));
+    return csr_bin_finish(req, res, mr, &cb, err);
+}
+
 /* ---- the handler ---- */
 
 static int add_index_header(api_request *req, api_response *res, const matrix_req *mr)
 {
     if (!mr->ci_asked)
         return 0;
+    /* The header says how the column was found: keep no answer whose header
+     * will change once the index is ready. */
+    res->uncacheable = mr->ci_state != COLUMN_INDEX_READY;
     char text[64];
     if (mr->ci_state == COLUMN_INDEX_READY)
         snprintf(text, sizeof text, "ready; bytes=%zu", mr->ci_bytes);
     else
         snprintf(text, sizeof text, "%s", column_index_state_name(mr->ci_state));
     return api_add_header(req, res, "X-Column-Index", text);
+}
+
+/* The answer format; format=npz (scipy's sparse archive) is this route's
+ * own, so it is looked for before the common negotiation. */
+static int negotiate(api_request *req, matrix_req *mr, cellar_error *err)
+{
+    const char *f;
+    int rc = api_param_str(req, "format", &f, err);
+    if (rc)
+        return rc;
+    if (f && strcmp(f, "npz") == 0) {
+        mr->npz = 1;
+        mr->fmt = FORMAT_BIN;
+        return 0;
+    }
+    return api_negotiate_format(req, MATRIX_FORMATS, &mr->fmt, err);
 }
 
 int api_matrix(api_request *req, api_response *res, cellar_error *err)
@@ -523,7 +752,7 @@ int api_matrix(api_request *req, api_response *res, cellar_error *err)
     memset(&mr, 0, sizeof mr);
     rc = api_check_params(req, allowed, err);
     if (!rc)
-        rc = api_negotiate_format(req, MATRIX_FORMATS, &mr.fmt, err);
+        rc = negotiate(req, &mr, err);
     if (!rc)
         rc = open_element(req, &mr, err);
     if (!rc)
@@ -541,6 +770,8 @@ int api_matrix(api_request *req, api_response *res, cellar_error *err)
         uint64_t max_nnz;
         matrix_csr csr;
         rc = check_csr_budget(req, &mr, &max_nnz, err);
+        if (!rc && mr.fmt == FORMAT_BIN)
+            return write_csr_binary(req, res, &mr, max_nnz, err);
         if (!rc)
             rc = matrix_read_csr(&mr.m, &mr.rows, &mr.cols, mr.ci, max_nnz, req->arena, &csr, err);
         return rc ? rc : write_csr_json(req, res, &mr, &csr, err);

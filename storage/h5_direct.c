@@ -16,6 +16,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <liblzf/lzf.h>
+
 #include "storage/codecs.h"
 
 /* Bytes of a contiguous dataset's virtual chunk. */
@@ -130,6 +132,24 @@ static int inflate_exact(const uint8_t *src, size_t n, uint8_t *dst, size_t want
                        WHAT(what), want);
 }
 
+/* h5py's LZF filter stores one raw LZF block of the whole chunk. */
+static int lzf_exact(const uint8_t *src, size_t n, uint8_t *dst, size_t want, const char *what,
+                     cellar_error *err)
+{
+    if (n > UINT_MAX || want > UINT_MAX)
+        return cellar_fail(err, CELLAR_EFORMAT, "a chunk of '%s' is too large", WHAT(what));
+    unsigned got = lzf_decompress(src, (unsigned)n, dst, (unsigned)want);
+    if (got != want)
+        return cellar_fail(err, CELLAR_EFORMAT,
+                           "a chunk of '%s' is not an LZF block of %zu bytes", WHAT(what), want);
+    return 0;
+}
+
+static int is_compressor(int id)
+{
+    return id == H5D_FILTER_DEFLATE || id == H5D_FILTER_LZF;
+}
+
 static int filter_active(uint32_t mask, int i)
 {
     return !(mask & ((uint32_t)1 << i));
@@ -150,7 +170,7 @@ static int decode_chunk(const h5d_plan *p, const uint8_t *stored, size_t n, uint
             continue;
         if (l->filters[i].id == H5D_FILTER_FLETCHER32)
             s += 4;
-        else if (l->filters[i].id == H5D_FILTER_DEFLATE)
+        else if (is_compressor(l->filters[i].id))
             s = SIZE_MAX;
     }
     const uint8_t *cur = stored;
@@ -175,11 +195,14 @@ static int decode_chunk(const h5d_plan *p, const uint8_t *stored, size_t n, uint
             len -= 4;
             break;
         }
-        case H5D_FILTER_DEFLATE: {
+        case H5D_FILTER_DEFLATE:
+        case H5D_FILTER_LZF: {
             if (insize[i] == SIZE_MAX || insize[i] > p->chunk_bytes + 4 * H5D_MAX_FILTERS)
                 return cellar_fail(err, CELLAR_EFORMAT, "a chunk of '%s' has an unusable "
                                    "filter pipeline", WHAT(what));
-            int rc = inflate_exact(cur, len, dst, insize[i], what, err);
+            int rc = l->filters[i].id == H5D_FILTER_LZF
+                         ? lzf_exact(cur, len, dst, insize[i], what, err)
+                         : inflate_exact(cur, len, dst, insize[i], what, err);
             if (rc)
                 return rc;
             cur = dst;
@@ -241,7 +264,8 @@ static int plan_check_filters(h5d_plan *p, const char *what, cellar_error *err)
     size_t extra = 0;
     for (int i = 0; i < l->nfilters; i++) {
         switch (l->filters[i].id) {
-        case H5D_FILTER_DEFLATE: compressors++; break;
+        case H5D_FILTER_DEFLATE:
+        case H5D_FILTER_LZF: compressors++; break;
         case H5D_FILTER_FLETCHER32: extra += 4; break;
         case H5D_FILTER_SHUFFLE:
             if (!l->filters[i].shuffle_size)
@@ -256,7 +280,8 @@ static int plan_check_filters(h5d_plan *p, const char *what, cellar_error *err)
     if (compressors > 1)
         return cellar_fail(err, CELLAR_EINVAL, "'%s' is compressed twice", WHAT(what));
     p->all_filters = l->nfilters ? (uint32_t)((1u << l->nfilters) - 1) : 0;
-    /* deflate's worst case grows a chunk by a few bytes per 16 KiB */
+    /* deflate's worst case grows a chunk by a few bytes per 16 KiB; h5py's
+     * LZF filter stores a chunk raw (filter skipped) rather than grow it */
     p->max_stored = p->chunk_bytes + (compressors ? p->chunk_bytes / 8 + 4096 : 0) + extra;
     return 0;
 }
@@ -623,12 +648,54 @@ static void copy_row(read_ctx *r, const chunk_src *src, const uint8_t *row, int6
     }
 }
 
+/* Whether the selected elements of one chunk (groups g) are one run both in
+ * the chunk and in the output: every dimension selected by a step-1 slice,
+ * the dimensions inside the outermost one with more than one position
+ * covered whole in the output (so output rows follow each other) and the
+ * chunk elements between the first and the last all selected (so chunk
+ * rows do too).  Then *src0 (chunk element index), *out0 (output element
+ * index) and *n locate it, and it is copied (or read) in one piece: the
+ * whole-rows selections that viewers ask for (an embedding, a block of
+ * rows) cost one memcpy or one pread per chunk, not one per row. */
+static int block_run(const read_ctx *r, const int64_t *g, int64_t *src0, int64_t *out0,
+                     size_t *n)
+{
+    const h5d_plan *p = r->p;
+    int64_t mn = 0, mx = 0, o = 0;
+    size_t needed = 1;
+    int outer = -1;
+    for (int d = 0; d < p->l.ndim; d++) {
+        const dim_walk *w = &r->w[d];
+        int64_t cnt = w->gcount[g[d]];
+        if (w->eout || w->s->step != 1 || (outer >= 0 && cnt != w->s->count))
+            return 0;
+        if (outer < 0 && cnt > 1)
+            outer = d;
+        mn += w->gmin[g[d]] * p->cstride[d];
+        mx += w->gmax[g[d]] * p->cstride[d];
+        o += w->gfirst[g[d]] * r->ostride[d];
+        needed *= (size_t)cnt;
+    }
+    if ((size_t)(mx - mn + 1) != needed)
+        return 0;
+    *src0 = mn;
+    *out0 = o;
+    *n = needed;
+    return 1;
+}
+
 /* Copies the selected elements of the chunk at grid coords c (groups g). */
 static int copy_chunk(read_ctx *r, const chunk_src *src, const int64_t *c, const int64_t *g)
 {
     const h5d_plan *p = r->p;
     int last = p->l.ndim - 1;
     size_t es = p->l.elem_size;
+    int64_t src0, out0;
+    size_t run;
+    if (src->buf && !src->row_mode && block_run(r, g, &src0, &out0, &run)) {
+        memcpy(r->out + (size_t)out0 * es, src->buf + (size_t)(src0 - src->base) * es, run * es);
+        return 0;
+    }
     int64_t k[NODE_MAX_DIMS];
     for (int d = 0; d < last; d++)
         k[d] = r->w[d].gfirst[g[d]];
@@ -676,6 +743,11 @@ static int read_raw(read_ctx *r, uint64_t addr, const int64_t *c, const int64_t 
     }
     size_t span = (size_t)(mx - mn + 1);
     chunk_src src = {.addr = addr};
+    int64_t src0, out0;
+    size_t run;
+    if (block_run(r, g, &src0, &out0, &run))
+        return pread_all(r->fd, r->out + (size_t)out0 * es, run * es,
+                         addr + (uint64_t)src0 * es, r->what, r->err);
     if (span <= H5D_SPAN_FACTOR * needed + H5D_SPAN_SLACK / es) {
         if (grow(&r->span, &r->span_cap, span * es))
             return cellar_fail(r->err, CELLAR_ENOMEM, "out of memory reading '%s'",

@@ -9,6 +9,9 @@
  * h5d_plan_add_chunk) or fetched one at a time through a callback.  The plan
  * is immutable once built and may be read by many threads at once.
  *
+ * Filters: deflate, shuffle, fletcher32 and h5py's LZF (decoded with
+ * liblzf; the stored chunk is one raw LZF block of the whole chunk).
+ *
  * Every byte from the file is distrusted: addresses and sizes are bounded by
  * the file size and the chunk size, a decoded chunk must be exactly the
  * chunk's size, and a failing check is CELLAR_EFORMAT, never a crash. */
@@ -27,6 +30,7 @@ enum {
     H5D_FILTER_DEFLATE = 1,
     H5D_FILTER_SHUFFLE = 2,
     H5D_FILTER_FLETCHER32 = 3,
+    H5D_FILTER_LZF = 32000, /* h5py's LZF filter (registered id 32000) */
 };
 
 #define H5D_MAX_FILTERS 8

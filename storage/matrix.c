@@ -903,6 +903,109 @@ int matrix_read_csr(const matrix *m, const dim_sel *rows, const dim_sel *cols,
     return rc;
 }
 
+/* ---- CSR runs of whole rows ---- */
+
+int matrix_csr_is_run(const matrix *m, const dim_sel *rows, const dim_sel *cols)
+{
+    return m->layout == MATRIX_CSR && !rows->index && (rows->step == 1 || rows->count <= 1) &&
+           sel_is_all(cols, m->shape[1]);
+}
+
+int matrix_run_indptr(const matrix *m, const dim_sel *rows, int64_t *indptr, cellar_error *err)
+{
+    dim_sel r = dim_sel_range(rows->count ? rows->start : 0, rows->count + 1);
+    int rc = read_i64(m->indptr, &r, indptr, err);
+    if (rc)
+        return rc;
+    for (int64_t k = 0; k <= rows->count; k++)
+        if (indptr[k] < (k ? indptr[k - 1] : 0) || indptr[k] > m->nnz)
+            return cellar_fail(err, CELLAR_EFORMAT,
+                               "indptr of '%s' is not monotonic within [0, %lld]",
+                               node_path(m->element), (long long)m->nnz);
+    return 0;
+}
+
+/* Checks the indices of each row (in range, ascending); T is the answer's
+ * index type. */
+#define DEFINE_CHECK_ROWS(fname, T)                                                       \
+    static int fname(const T *idx, const int64_t *indptr, int64_t n_rows, int64_t n_cols,  \
+                     int *ascending)                                                      \
+    {                                                                                     \
+        int asc = 1;                                                                      \
+        const T *base = idx - indptr[0];                                                  \
+        for (int64_t i = 0; i < n_rows; i++) {                                            \
+            T prev = 0;                                                                   \
+            for (int64_t k = indptr[i]; k < indptr[i + 1]; k++) {                         \
+                T v = base[k];                                                            \
+                if (v < 0 || (int64_t)v >= n_cols)                                        \
+                    return -1;                                                            \
+                asc &= v >= prev;                                                         \
+                prev = v;                                                                 \
+            }                                                                             \
+        }                                                                                 \
+        *ascending = asc;                                                                 \
+        return 0;                                                                         \
+    }
+
+DEFINE_CHECK_ROWS(check_rows32, int32_t)
+DEFINE_CHECK_ROWS(check_rows64, int64_t)
+
+/* Indices of another stored width: through int64 blocks, narrowed. */
+static int run_indices_widen(const matrix *m, int64_t lo, int64_t n, dtype_kind idx_dt,
+                             void *out, cellar_error *err)
+{
+    int64_t *tmp = malloc((size_t)(n < MATRIX_BLOCK_ENTRIES ? n : MATRIX_BLOCK_ENTRIES) *
+                          sizeof *tmp);
+    int rc = 0;
+    if (!tmp)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading indices");
+    for (int64_t s = 0; s < n && !rc; s += MATRIX_BLOCK_ENTRIES) {
+        int64_t c = n - s < MATRIX_BLOCK_ENTRIES ? n - s : MATRIX_BLOCK_ENTRIES;
+        dim_sel r = dim_sel_range(lo + s, c);
+        rc = read_i64(m->indices, &r, tmp, err);
+        for (int64_t k = 0; k < c && !rc; k++) {
+            /* out of range values fail the row check after narrowing */
+            int64_t v = tmp[k] < 0 || tmp[k] >= m->shape[1] ? -1 : tmp[k];
+            if (idx_dt == DT_INT32)
+                ((int32_t *)out)[s + k] = (int32_t)v;
+            else
+                ((int64_t *)out)[s + k] = v;
+        }
+    }
+    free(tmp);
+    return rc;
+}
+
+int matrix_run_entries(const matrix *m, const int64_t *indptr, int64_t n_rows,
+                       dtype_kind idx_dt, void *indices, void *data, int *ascending,
+                       cellar_error *err)
+{
+    *ascending = 1;
+    int64_t lo = indptr[0], n = indptr[n_rows] - indptr[0];
+    size_t is = dtype_size(idx_dt);
+    if ((idx_dt != DT_INT32 && idx_dt != DT_INT64) ||
+        (idx_dt == DT_INT32 && m->shape[1] > INT32_MAX))
+        return cellar_fail(err, CELLAR_EINTERNAL, "bad index type for '%s'",
+                           node_path(m->element));
+    if (n == 0)
+        return 0;
+    dim_sel r = dim_sel_range(lo, n);
+    dtype_kind st = node_get_info(m->indices)->dtype;
+    /* Same width: the stored bytes are the answer's (an unsigned value over
+     * the signed maximum reads negative and fails the range check). */
+    int rc = dtype_size(st) == is ? node_read(m->indices, &r, indices, (size_t)n * is, err)
+                                  : run_indices_widen(m, lo, n, idx_dt, indices, err);
+    if (rc)
+        return rc;
+    rc = idx_dt == DT_INT32 ? check_rows32(indices, indptr, n_rows, m->shape[1], ascending)
+                            : check_rows64(indices, indptr, n_rows, m->shape[1], ascending);
+    if (rc)
+        return cellar_fail(err, CELLAR_EFORMAT,
+                           "indices of '%s' hold a value outside an axis of length %lld",
+                           node_path(m->element), (long long)m->shape[1]);
+    return node_read(m->data, &r, data, (size_t)n * dtype_size(m->dtype), err);
+}
+
 /* ---- walking every entry ---- */
 
 typedef struct walk_ctx {

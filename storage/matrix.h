@@ -103,6 +103,35 @@ int matrix_read_csr(const matrix *m, const dim_sel *rows, const dim_sel *cols,
                     const struct column_index *ci, uint64_t max_nnz, arena *a,
                     matrix_csr *out, cellar_error *err);
 
+/* ---- CSR answers written straight into the caller's memory ----
+ *
+ * A selection of whole stored rows of a CSR matrix (rows a slice of step
+ * 1, every column) answers with the stored ranges themselves: indptr
+ * rebased to 0, and indices / data exactly as stored.  These read them
+ * into the answer's own buffer (indices and data with one node_read each,
+ * no per-value conversion when the stored width is the answer's), so a
+ * block of rows costs about what its bytes cost to read. */
+
+/* Whether (rows, cols) of m is such a run of whole rows. */
+int matrix_csr_is_run(const matrix *m, const dim_sel *rows, const dim_sel *cols);
+
+/* The run's indptr: rows->count + 1 entries from rows->start, as stored
+ * (not rebased), into indptr.  CELLAR_EFORMAT when they are not monotonic
+ * within [0, m->nnz]. */
+int matrix_run_indptr(const matrix *m, const dim_sel *rows, int64_t *indptr,
+                      cellar_error *err);
+
+/* Reads the run's stored entries [indptr[0], indptr[n_rows]) (indptr as
+ * matrix_run_indptr gave it): column indices as idx_dt (DT_INT32 or
+ * DT_INT64) into indices, values as m->dtype into data.  Every index is
+ * checked to lie within the columns (CELLAR_EFORMAT otherwise; DT_INT32
+ * requires m->shape[1] <= INT32_MAX).  *ascending is 0 when some row's
+ * indices are not in ascending order (a non-canonical matrix): the caller
+ * then answers through matrix_read_csr, which orders them. */
+int matrix_run_entries(const matrix *m, const int64_t *indptr, int64_t n_rows,
+                       dtype_kind idx_dt, void *indices, void *data, int *ascending,
+                       cellar_error *err);
+
 /* Visits every stored entry of a sparse matrix in storage order (major
  * position ascending, then as stored), reading in blocks of
  * MATRIX_BLOCK_ENTRIES: fn gets the row, the column and a pointer to the

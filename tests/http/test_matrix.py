@@ -293,6 +293,138 @@ def test_sparse(msrv, mroot, mref, label, layer, params, rsel, csel):
     assert body["nnz"] == np.count_nonzero(want)
 
 
+# ------------------------------------------------------------ binary CSR (bin, npz)
+def align8(n):
+    return (n + 7) // 8 * 8
+
+
+def decode_csr_bin(r):
+    """A layout=csr&format=bin answer as scipy's csr_matrix, by the documented
+    layout: indptr | indices | data, each section starting at a multiple of 8."""
+    assert r.status_code == 200, r.text[:500]
+    assert r.headers["Content-Type"] == "application/octet-stream"
+    h = r.headers
+    shape = tuple(int(x) for x in h["X-Shape"].split(","))
+    nnz = int(h["X-Nnz"])
+    ipd = np.dtype(h["X-Indptr-Dtype"]).newbyteorder("<")
+    ixd = np.dtype(h["X-Indices-Dtype"]).newbyteorder("<")
+    vd = np.dtype(h["X-Dtype"]).newbyteorder("<")
+    body = r.content
+    ix_off = align8((shape[0] + 1) * ipd.itemsize)
+    v_off = align8(ix_off + nnz * ixd.itemsize)
+    assert len(body) == v_off + nnz * vd.itemsize
+    assert body[(shape[0] + 1) * ipd.itemsize:ix_off] == b"\0" * (ix_off - (shape[0] + 1) * ipd.itemsize)
+    indptr = np.frombuffer(body, ipd, shape[0] + 1, 0)
+    indices = np.frombuffer(body, ixd, nnz, ix_off)
+    data = np.frombuffer(body, vd, nnz, v_off)
+    return sp.csr_matrix((data, indices, indptr), shape=shape)
+
+
+def decode_npz(r):
+    assert r.status_code == 200, r.text[:500]
+    assert r.headers["Content-Type"] == "application/zip"
+    m = sp.load_npz(io.BytesIO(r.content))
+    assert m.format == "csr"
+    with np.load(io.BytesIO(r.content), allow_pickle=False) as z:
+        assert sorted(z.files) == ["data", "format", "indices", "indptr", "shape"]
+        assert z["indptr"].dtype == np.dtype(r.headers["X-Indptr-Dtype"])
+        assert z["indices"].dtype == np.dtype(r.headers["X-Indices-Dtype"])
+    return m
+
+
+CSR_DECODERS = {"bin": decode_csr_bin, "npz": decode_npz}
+
+
+def as_csr(m):
+    """scipy's CSR of a sparse matrix, its index arrays cast to int64 first
+    (scipy's indexing refuses unsigned ones)."""
+    m = m.copy()
+    m.indices = m.indices.astype(np.int64)
+    m.indptr = m.indptr.astype(np.int64)
+    return sp.csr_matrix(m)
+
+
+def assert_csr_equal(got, want, dtype):
+    """Equal to scipy's CSR of the selection with each row's columns
+    ascending: indptr, indices, data and shape."""
+    want = sp.csr_matrix(want)
+    want.sort_indices()
+    assert got.shape == want.shape
+    assert got.dtype == dtype, (got.dtype, dtype)
+    np.testing.assert_array_equal(got.indptr, want.indptr)
+    np.testing.assert_array_equal(got.indices, want.indices)
+    np.testing.assert_array_equal(got.data, want.data)
+
+
+@pytest.mark.parametrize("label", SPARSE_STORES)
+@pytest.mark.parametrize("layer", ["X"] + SPARSE_LAYERS)
+@pytest.mark.parametrize("params,rsel,csel", SPARSE_SELECTIONS)
+@pytest.mark.parametrize("fmt", ["bin", "npz"])
+def test_csr_binary(msrv, mroot, mref, label, layer, params, rsel, csel, fmt):
+    name = mroot[1][label]
+    a = mref(name)
+    m = a.X if layer == "X" else a.layers[layer]
+    sub = as_csr(m)[rsel][:, csel]
+    path = store_path(name, "X") if layer == "X" else store_path(name, "layers", layer)
+    r = msrv.get(path, layout="csr", format=fmt, **params)
+    got = CSR_DECODERS[fmt](r)
+    assert_csr_equal(got, sub, m.dtype)
+    assert r.headers["X-Indices-Dtype"] == "int32" and r.headers["X-Indptr-Dtype"] == "int32"
+    assert int(r.headers["X-Nnz"]) == sub.nnz
+    assert r.headers["X-Dtype"] == str(m.dtype)
+
+
+def test_csr_binary_obsp_and_mudata(msrv, mroot, mref):
+    name = mroot[1]["dense-h5"]
+    a = mref(name)
+    got = decode_npz(msrv.get(store_path(name, "obsp", "distances"), format="npz",
+                              rows="0:10"))
+    assert_csr_equal(got, as_csr(a.obsp["distances"])[0:10], a.obsp["distances"].dtype)
+    got = decode_csr_bin(msrv.get(store_path(name, "raw", "X"), layout="csr", format="bin",
+                                  rows="3,1"))
+    assert_csr_equal(got, as_csr(a.raw.X)[[3, 1]], a.raw.X.dtype)
+    name = mroot[1]["mudata-h5"]
+    rna = mref(name).mod["rna"]
+    got = decode_npz(msrv.get(store_path(name, "mod", "rna", "X"), format="npz", rows="2:30"))
+    assert_csr_equal(got, as_csr(rna.X)[2:30], rna.X.dtype)
+
+
+def test_csr_binary_errors(mroot, msrv, server_factory):
+    root, names = mroot
+    name, sname = names["dense-h5"], names["sparse-h5"]
+    # npz holds a sparse matrix: dense sources and layout=dense are 406.
+    assert_problem(msrv.get(store_path(name, "X"), format="npz"), 406, detail_contains="npz")
+    assert_problem(msrv.get(store_path(sname, "X"), format="npz", layout="dense"), 406)
+    assert_problem(msrv.get(store_path(sname, "X"), layout="csr", format="csv"), 406)
+    assert_problem(msrv.get(store_path(sname, "X"), layout="csr", format="npy"), 406,
+                   detail_contains="npz")
+    # Bounded by --max-response-bytes like every answer.
+    srv = server_factory(root, "--max-response-bytes", "2500")
+    big = store_path(sname, "X")
+    for fmt in ["bin", "npz"]:
+        body = assert_problem(srv.get(big, layout="csr", format=fmt), 413)
+        assert "rows=0:" in body["detail"]
+        r = srv.get(big, layout="csr", format=fmt, rows="0:5")
+        assert r.status_code == 200, r.text
+
+
+def test_whole_rows_bytes(msrv, mroot, mref):
+    """Whole-row selections (read in one piece per chunk) are numpy's bytes."""
+    for label in DENSE_STORES:
+        name = mroot[1][label]
+        a = mref(name)
+        want = np.ascontiguousarray(np.asarray(a.layers["float32"]))
+        r = msrv.get(store_path(name, "layers", "float32"), format="bin")
+        assert r.status_code == 200
+        assert r.content == want.astype("<f4").tobytes()
+        r = msrv.get(store_path(name, "layers", "int64"), format="bin", rows="7:29")
+        assert r.content == np.asarray(a.layers["int64"])[7:29].astype("<i8").tobytes()
+    name = mroot[1]["dense-h5"]
+    umap = np.asarray(mref(name).obsm["X_umap"])
+    r = msrv.get(store_path(name, "obsm", "X_umap"), format="bin")
+    assert r.content == umap.astype(umap.dtype.newbyteorder("<")).tobytes()
+
+
 def test_legacy_h5sparse(msrv, mroot, mref):
     name = mroot[1]["sparse-h5"]
     # The same layer, written the current way in the gzip copy.
@@ -708,3 +840,27 @@ def test_duplicates_column_index(mroot, server_factory, mref):
         assert body["nnz"] == sub.nnz
         assert csr_rows(body["indptr"], body["indices"], np.array(body["data"], "float32")) == \
             csr_rows(sub.indptr, sub.indices, sub.data)
+
+
+@pytest.mark.parametrize("label", DUP_STORES)
+@pytest.mark.parametrize("layer", ["X", "csc", "int8"])
+@pytest.mark.parametrize("params", [{}, {"rows": "1:9"}, {"rows": "3:4"}, {"cols": "7,2,3"}])
+@pytest.mark.parametrize("fmt", ["bin", "npz"])
+def test_csr_binary_duplicates(msrv, mroot, mref, label, layer, params, fmt):
+    """Rows stored out of order (non-canonical) come back ordered, duplicates
+    kept, as in the JSON answer."""
+    name = mroot[1][label]
+    m = dup_matrix(mref(name), layer)
+    path = store_path(name, "X") if layer == "X" else store_path(name, "layers", layer)
+    js = assert_json(msrv.get(path, layout="csr", **params))
+    got = CSR_DECODERS[fmt](msrv.get(path, layout="csr", format=fmt, **params))
+    assert got.shape == tuple(js["shape"]) and got.nnz == js["nnz"]
+    np.testing.assert_array_equal(got.indptr, js["indptr"])
+    np.testing.assert_array_equal(got.indices, js["indices"])
+    np.testing.assert_array_equal(got.data, np.array(js["data"], dtype=m.dtype))
+    rsel = np.s_[1:9] if params.get("rows") == "1:9" else np.s_[3:4] if "rows" in params \
+        else np.s_[:]
+    csel = [7, 2, 3] if "cols" in params else np.s_[:]
+    sub = m[rsel][:, csel].tocsr()
+    assert csr_rows(got.indptr, got.indices, got.data) == \
+        csr_rows(sub.indptr, sub.indices, sub.data)

@@ -13,6 +13,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <liblzf/lzf.h>
+
 #include "storage/h5.h"
 #include "storage/h5_direct.h"
 #include "storage/node.h"
@@ -712,7 +714,12 @@ void test_h5_direct_plan_checks(void)
     l.file_size = 100000;
     l.chunk[0] = 10;
     l.nfilters = 1;
-    l.filters[0].id = 32000; /* lzf */
+    l.filters[0].id = 32001; /* blosc: not read here */
+    cellar_error_clear(&err);
+    CHECK_EQ(h5d_plan_new(&l, &p, &err), CELLAR_EINVAL);
+    l.nfilters = 2;
+    l.filters[0].id = H5D_FILTER_LZF;
+    l.filters[1].id = H5D_FILTER_DEFLATE;
     cellar_error_clear(&err);
     CHECK_EQ(h5d_plan_new(&l, &p, &err), CELLAR_EINVAL);
     l.nfilters = 2;
@@ -759,6 +766,126 @@ void test_h5_direct_plan_checks(void)
     /* sum1 = 0x0102, sum2 = 0x0102 for one 16-bit word */
     const uint8_t w[2] = {1, 2};
     CHECK_EQ(h5d_fletcher32(w, 2), 0x01020102u);
+}
+
+/* ------------------------------------------------- LZF and block runs */
+
+/* A 12 x 16 int32 dataset in chunks of 5 x 16 written by hand: chunk 0
+ * LZF compressed, chunk 1 stored raw with the filter skipped (as h5py's
+ * filter does when LZF would not shrink it), chunk 2 corrupt (truncated
+ * LZF) in a second plan.  Values repeat along a row so that LZF shrinks
+ * them. */
+#define HL_C 16
+#define HL_CHUNK (5 * HL_C * 4)
+
+static int64_t hl_value(int64_t r, int64_t c)
+{
+    return r * 100 + c / 8;
+}
+
+static int hl_read(const h5d_plan *p, int fd, dim_sel r, dim_sel c, int32_t *out)
+{
+    dim_sel sel[2] = {r, c};
+    cellar_error err;
+    cellar_error_clear(&err);
+    return h5d_read(p, fd, NULL, NULL, sel, out, (size_t)(r.count * c.count) * 4, "t", &err);
+}
+
+static void hl_check(const h5d_plan *p, int fd, dim_sel r, dim_sel c)
+{
+    int32_t out[12 * HL_C];
+    CHECK_EQ(hl_read(p, fd, r, c, out), 0);
+    for (int64_t i = 0; i < r.count; i++)
+        for (int64_t k = 0; k < c.count; k++)
+            CHECK_EQ(out[i * c.count + k], hl_value(dim_sel_at(&r, i), dim_sel_at(&c, k)));
+}
+
+void test_h5_direct_lzf_runs(void)
+{
+    char path[512];
+    hd_path(path, sizeof path, "lzf.bin");
+    int32_t vals[10 * HL_C];
+    for (int r = 0; r < 10; r++)
+        for (int c = 0; c < HL_C; c++)
+            vals[r * HL_C + c] = (int32_t)hl_value(r, c);
+    uint8_t packed[2 * HL_CHUNK];
+    unsigned n0 = lzf_compress(vals, HL_CHUNK, packed, sizeof packed);
+    CHECK(n0 > 0 && n0 < HL_CHUNK);
+    if (!n0)
+        return;
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    fwrite(packed, 1, n0, f);                      /* chunk 0 at 0 */
+    fwrite(&vals[5 * HL_C], 1, HL_CHUNK, f);       /* chunk 1 at n0, raw */
+    fwrite(packed, 1, n0 / 2, f);                  /* chunk 2: truncated */
+    fclose(f);
+
+    h5d_layout l;
+    memset(&l, 0, sizeof l);
+    l.ndim = 2;
+    l.shape[0] = 12;
+    l.shape[1] = HL_C;
+    l.elem_size = 4;
+    l.file_size = n0 + HL_CHUNK + n0 / 2;
+    l.chunk[0] = 5;
+    l.chunk[1] = HL_C;
+    l.nfilters = 1;
+    l.filters[0].id = H5D_FILTER_LZF;
+    h5d_plan *p = NULL;
+    cellar_error err;
+    cellar_error_clear(&err);
+    CHECK_EQ(h5d_plan_new(&l, &p, &err), 0);
+    if (!p)
+        return;
+    int64_t s0[2] = {0, 0}, s1[2] = {5, 0}, s2[2] = {10, 0};
+    CHECK_EQ(h5d_plan_add_chunk(p, s0, 0, n0, 0, &err), 0);
+    CHECK_EQ(h5d_plan_add_chunk(p, s1, n0, HL_CHUNK, 1, &err), 0);
+    CHECK_EQ(h5d_plan_finish_table(p, &err), 0);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    /* Whole rows (one run per chunk), part rows, steps, lists. */
+    hl_check(p, fd, sl(0, 1, 10), sl(0, 1, HL_C));
+    hl_check(p, fd, sl(3, 1, 5), sl(0, 1, HL_C));
+    hl_check(p, fd, sl(1, 1, 8), sl(6, 1, 4));
+    hl_check(p, fd, sl(9, -2, 5), sl(15, -3, 5));
+    int64_t rows[3] = {7, 0, 7};
+    dim_sel list = {0, 1, 3, rows};
+    hl_check(p, fd, list, sl(0, 1, HL_C));
+    /* Rows 10 and 11: never written, the fill value (0). */
+    int32_t out[12 * HL_C];
+    CHECK_EQ(hl_read(p, fd, sl(9, 1, 3), sl(0, 1, HL_C), out), 0);
+    CHECK_EQ(out[0], hl_value(9, 0));
+    CHECK_EQ(out[HL_C], 0);
+    CHECK_EQ(out[3 * HL_C - 1], 0);
+    h5d_plan_free(p);
+
+    /* The truncated chunk: an error, never a crash. */
+    p = NULL;
+    CHECK_EQ(h5d_plan_new(&l, &p, &err), 0);
+    if (p) {
+        CHECK_EQ(h5d_plan_add_chunk(p, s2, n0 + HL_CHUNK, n0 / 2, 0, &err), 0);
+        CHECK_EQ(h5d_plan_finish_table(p, &err), 0);
+        CHECK_EQ(hl_read(p, fd, sl(10, 1, 2), sl(0, 1, HL_C), out), CELLAR_EFORMAT);
+        h5d_plan_free(p);
+    }
+
+    /* Contiguous: chunk 1's bytes as a 5-row dataset, read in whole-row runs. */
+    l.nfilters = 0;
+    l.contiguous = 1;
+    l.addr = n0;
+    l.shape[0] = 5;
+    p = NULL;
+    CHECK_EQ(h5d_plan_new(&l, &p, &err), 0);
+    if (p) {
+        CHECK_EQ(hl_read(p, fd, sl(0, 1, 5), sl(0, 1, HL_C), out), 0);
+        CHECK(memcmp(out, &vals[5 * HL_C], HL_CHUNK) == 0);
+        CHECK_EQ(hl_read(p, fd, sl(2, 1, 2), sl(0, 1, HL_C), out), 0);
+        CHECK(memcmp(out, &vals[7 * HL_C], 2 * HL_C * 4) == 0);
+        h5d_plan_free(p);
+    }
+    close(fd);
 }
 
 /* ----------------------------------------------------------- threads */
