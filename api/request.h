@@ -93,6 +93,10 @@ typedef struct api_response {
      * version's validators. */
     int fd;
     uint64_t fd_offset, fd_length;
+    /* Set when the answer reflects passing state (an index still being
+     * built, a failure worth retrying): the server then does not keep it
+     * in its answer cache for repeated requests. */
+    int uncacheable;
 } api_response;
 
 typedef int (*api_handler)(api_request *req, api_response *res, cellar_error *err);

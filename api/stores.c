@@ -426,6 +426,10 @@ static int summary_from_cache(store *s, const rendered *r, api_response *res,
     if (r->hole < r->hole_end) {
         doc d = {NULL, 0, 0, 1};
         json_t *ci = column_index_summary(&d, s, node_child_opt(store_root(s), "X"));
+        /* The index's state moves on (absent, building, ready): until it is
+         * ready the server must not keep this answer for repeated requests. */
+        const char *state = json_string_value(json_object_get(ci, "state"));
+        res->uncacheable = !state || strcmp(state, column_index_state_name(COLUMN_INDEX_READY));
         int rc = ci && !d.failed ? json_dump_buf(ci, &res->body, err)
                                  : cellar_fail(err, CELLAR_EINTERNAL,
                                                "the column index of X cannot be read");

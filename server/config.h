@@ -18,6 +18,7 @@ typedef struct server_config {
     double drain_seconds;
     const char *cors_origin;
     const char *cache_dir;
+    size_t answer_cache_bytes;
     int access_log;
 } server_config;
 

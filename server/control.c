@@ -19,6 +19,7 @@ typedef struct control_state {
     uv_loop_t loop;
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t idle_timer;
+    uv_timer_t log_timer;
     int result;
     /* Jobs submitted by request threads, handed to the loop by bg_async
      * (uv_queue_work may only be called on the loop thread). */
@@ -132,7 +133,14 @@ static void on_hup(uv_signal_t *h, int signum)
     (void)signum;
     control_state *st = h->data;
     registry_drop_all(st->cfg->reg);
-    fprintf(stderr, "cellar: SIGHUP: dropped cached store handles\n");
+    http_drop_answers(st->cfg->http);
+    fprintf(stderr, "cellar: SIGHUP: dropped cached store handles and answers\n");
+}
+
+static void on_log_timer(uv_timer_t *t)
+{
+    control_state *st = t->data;
+    http_flush_log(st->cfg->http);
 }
 
 static void on_idle_timer(uv_timer_t *t)
@@ -165,7 +173,9 @@ int control_run(const control_config *cfg)
     uv_signal_init(&st.loop, &st.sig_int);
     uv_signal_init(&st.loop, &st.sig_hup);
     uv_timer_init(&st.loop, &st.idle_timer);
+    uv_timer_init(&st.loop, &st.log_timer);
     st.sig_term.data = st.sig_int.data = st.sig_hup.data = st.idle_timer.data = &st;
+    st.log_timer.data = &st;
     uv_signal_start(&st.sig_term, on_stop_signal, SIGTERM);
     uv_signal_start(&st.sig_int, on_stop_signal, SIGINT);
     uv_signal_start(&st.sig_hup, on_hup, SIGHUP);
@@ -177,6 +187,7 @@ int control_run(const control_config *cfg)
         every = 0.2;
     uint64_t ms = (uint64_t)(every * 1000);
     uv_timer_start(&st.idle_timer, on_idle_timer, ms, ms);
+    uv_timer_start(&st.log_timer, on_log_timer, 100, 100);
     pthread_mutex_init(&st.bg_lock, NULL);
     uv_async_init(&st.loop, &st.bg_async, on_bg_async);
     st.bg_async.data = &st;

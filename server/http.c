@@ -1,7 +1,9 @@
 #include "server/http.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <jansson.h>
+#include <netinet/in.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <netdb.h>
@@ -18,6 +20,7 @@
 
 #include "api/problem.h"
 #include "api/request.h"
+#include "server/answer_cache.h"
 #include "server/router.h"
 
 /* Bodies smaller than this are sent uncompressed: not worth the CPU. */
@@ -27,13 +30,22 @@
 extern const char _binary_api_openapi_json_start[];
 extern const char _binary_api_openapi_json_end[];
 
+/* One libmicrohttpd daemon per request thread, each with its own listening
+ * socket on the same port (SO_REUSEPORT): the kernel spreads connections
+ * evenly over them, where a shared socket lets whichever thread wakes
+ * first take a burst of connections and keep them for their lifetime. */
+#define MAX_DAEMONS 256
+
 struct http_server {
     const server_config *cfg;
     api_config api_cfg;
     registry *reg;
     metrics *metrics;
-    struct MHD_Daemon *daemon;
+    struct MHD_Daemon *daemons[MAX_DAEMONS];
+    unsigned n_daemons;
     atomic_uint in_flight;
+    answer_cache *answers;
+    FILE *access_log; /* fully buffered; flushed by http_flush_log */
     /* Background work (http_set_background): set once the control loop runs. */
     pthread_mutex_t bg_lock;
     http_background_fn bg_fn;
@@ -51,7 +63,18 @@ typedef struct request_ctx {
     struct timespec start;
     int status;
     uint64_t bytes_out;
+    /* The answer cache key of a GET/HEAD answered from a store version,
+     * or NULL when this answer must not be kept. */
+    char *answer_key;
+    size_t answer_key_len;
 } request_ctx;
+
+/* What the answer cache keeps: a response libmicrohttpd can queue on any
+ * number of connections at once (it counts its references). */
+typedef struct cached_answer {
+    struct MHD_Response *response;
+    uint64_t body_bytes;
+} cached_answer;
 
 static const char *const cors_expose =
     "Content-Range, Content-Length, ETag, X-Shape, X-Dtype, Last-Modified";
@@ -228,6 +251,83 @@ static void add_common_headers(request_ctx *ctx, struct MHD_Response *r)
     }
 }
 
+static void release_cached_answer(void *value)
+{
+    cached_answer *a = value;
+    MHD_destroy_response(a->response);
+    free(a);
+}
+
+/* Hands the reference on r the caller holds to the answer cache. */
+static void keep_answer(request_ctx *ctx, struct MHD_Response *r, size_t body_bytes)
+{
+    cached_answer *a = malloc(sizeof *a);
+    if (!a) {
+        MHD_destroy_response(r);
+        return;
+    }
+    a->response = r;
+    a->body_bytes = body_bytes;
+    answer_cache_put(ctx->srv->answers, ctx->answer_key, ctx->answer_key_len, a,
+                     body_bytes + 512 /* headers */, release_cached_answer);
+}
+
+typedef struct cached_use {
+    request_ctx *ctx;
+    struct MHD_Connection *conn;
+} cached_use;
+
+static int queue_cached_answer(void *value, void *arg)
+{
+    cached_answer *a = value;
+    cached_use *u = arg;
+    u->ctx->status = 200;
+    u->ctx->bytes_out = a->body_bytes;
+    return MHD_queue_response(u->conn, 200, a->response) == MHD_YES;
+}
+
+/* The answer cache key of a GET or HEAD on a store version: the version's
+ * ETag, the path, the query as sent and what negotiation looks at (Accept,
+ * and the encoding Accept-Encoding picks).  Handlers read no other header
+ * (the raw zarr route, which does, is never cached). */
+static int make_answer_key(request_ctx *ctx, struct MHD_Connection *conn)
+{
+    const api_request *req = &ctx->req;
+    const char *ae = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept-Encoding");
+    char encoding = (char)('0' + pick_encoding(ae));
+    const char *parts[4] = {store_etag(req->store), req->path, req->accept ? req->accept : "",
+                            &encoding};
+    size_t lens[4] = {strlen(parts[0]), strlen(parts[1]), strlen(parts[2]), 1};
+    size_t total = 0;
+    for (int i = 0; i < 4; i++)
+        total += lens[i] + 1;
+    for (size_t i = 0; i < req->n_query; i++)
+        total += strlen(req->query[i].key) + strlen(req->query[i].value) + 2;
+    char *key = arena_alloc(ctx->arena, total);
+    if (!key)
+        return -1;
+    /* Unambiguous: the ETag, the raw path and a header value hold no
+     * newline; decoded query keys and values hold no NUL (collect_query_arg). */
+    char *p = key;
+    for (int i = 0; i < 4; i++) {
+        memcpy(p, parts[i], lens[i]);
+        p += lens[i];
+        *p++ = '\n';
+    }
+    for (size_t i = 0; i < req->n_query; i++) {
+        size_t kl = strlen(req->query[i].key), vl = strlen(req->query[i].value);
+        memcpy(p, req->query[i].key, kl);
+        p += kl;
+        *p++ = '\0';
+        memcpy(p, req->query[i].value, vl);
+        p += vl;
+        *p++ = '\0';
+    }
+    ctx->answer_key = key;
+    ctx->answer_key_len = (size_t)(p - key);
+    return 0;
+}
+
 static enum MHD_Result send_body(request_ctx *ctx, struct MHD_Connection *conn, int status,
                                  const char *content_type, buf *body,
                                  const api_response *extra)
@@ -270,7 +370,10 @@ static enum MHD_Result send_body(request_ctx *ctx, struct MHD_Connection *conn, 
     ctx->status = status;
     ctx->bytes_out = len;
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
-    MHD_destroy_response(r);
+    if (ret == MHD_YES && status == 200 && ctx->answer_key && !ctx->res.uncacheable)
+        keep_answer(ctx, r, len);
+    else
+        MHD_destroy_response(r);
     return ret;
 }
 
@@ -348,6 +451,26 @@ static const char *allow_header(unsigned methods)
     return "GET, HEAD, OPTIONS";
 }
 
+static void render_answer_cache_metrics(answer_cache *c, buf *out)
+{
+    answer_cache_stats st;
+    answer_cache_get_stats(c, &st);
+    buf_printf(out,
+               "# HELP cellar_answer_cache_bytes Bytes of finished answers kept for repeated requests.\n"
+               "# TYPE cellar_answer_cache_bytes gauge\n"
+               "cellar_answer_cache_bytes %zu\n"
+               "# HELP cellar_answer_cache_entries Answers kept for repeated requests.\n"
+               "# TYPE cellar_answer_cache_entries gauge\n"
+               "cellar_answer_cache_entries %zu\n"
+               "# HELP cellar_answer_cache_hits_total Requests answered from the answer cache.\n"
+               "# TYPE cellar_answer_cache_hits_total counter\n"
+               "cellar_answer_cache_hits_total %llu\n"
+               "# HELP cellar_answer_cache_misses_total Cacheable requests whose answer was made.\n"
+               "# TYPE cellar_answer_cache_misses_total counter\n"
+               "cellar_answer_cache_misses_total %llu\n",
+               st.bytes, st.entries, (unsigned long long)st.hits, (unsigned long long)st.misses);
+}
+
 /* Service routes answered here rather than in api/. */
 static int answer_service(request_ctx *ctx, buf *body, const char **type, cellar_error *err)
 {
@@ -367,6 +490,7 @@ static int answer_service(request_ctx *ctx, buf *body, const char **type, cellar
         *type = "text/plain; version=0.0.4";
         metrics_render(srv->metrics, registry_open_count(srv->reg),
                        registry_cache_bytes(srv->reg), atomic_load(&srv->in_flight), body);
+        render_answer_cache_metrics(srv->answers, body);
         return 0;
     case ROUTE_OPENAPI:
         *type = "application/json";
@@ -414,6 +538,7 @@ static void discard_response(api_response *res)
     res->n_headers = 0;
     res->content_type = NULL;
     res->status = 200;
+    res->uncacheable = 0;
 }
 
 /* Runs the route's handler.  Reads are lazy, so a store file rewritten in
@@ -438,6 +563,7 @@ static int run_handler(request_ctx *ctx, cellar_error *err)
         }
         store_release(req->store);
         req->store = NULL;
+        ctx->answer_key = NULL; /* its key names the version that changed */
         cellar_error_clear(err);
         rc = api_open_store(req, err);
         if (rc)
@@ -488,6 +614,14 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
         if (inm ? etag_matches(inm, store_etag(req->store))
                 : not_modified_since(ims, store_mtime(req->store)))
             return send_empty(ctx, conn, 304, NULL);
+        if (method != METHOD_POST && ctx->srv->cfg->answer_cache_bytes &&
+            make_answer_key(ctx, conn) == 0) {
+            cached_use use = {ctx, conn};
+            int queued = 0;
+            if (answer_cache_use(ctx->srv->answers, ctx->answer_key, ctx->answer_key_len,
+                                 queue_cached_answer, &use, &queued))
+                return queued ? MHD_YES : MHD_NO;
+        }
     }
     rc = parse_body(ctx, &err);
     if (rc)
@@ -565,8 +699,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (!ctx)
         return;
     uint64_t us = elapsed_us(&ctx->start);
-    if (srv->cfg->access_log)
-        fprintf(stderr, "%s %s %d %llu %llu\n", ctx->req.method, ctx->req.path,
+    if (srv->access_log)
+        fprintf(srv->access_log, "%s %s %d %llu %llu\n", ctx->req.method, ctx->req.path,
                 ctx->status, (unsigned long long)ctx->bytes_out, (unsigned long long)us);
     metrics_observe(srv->metrics, ctx->route.id, ctx->status, us, ctx->bytes_out);
     if (ctx->res.fd >= 0)
@@ -627,6 +761,114 @@ static int submit_background(void *ctx, void (*fn)(void *), void *arg)
     return rc;
 }
 
+/* Whether another process already listens on addr: binding a socket
+ * without SO_REUSEPORT fails then.  Sockets with SO_REUSEPORT would share the
+ * port with a server of the same user instead of failing. */
+static int address_in_use(const struct sockaddr_storage *addr)
+{
+    int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    socklen_t len = addr->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                : sizeof(struct sockaddr_in);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (addr->ss_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    int in_use = bind(fd, (const struct sockaddr *)addr, len) != 0 && errno == EADDRINUSE;
+    close(fd);
+    return in_use;
+}
+
+static void set_port(struct sockaddr_storage *addr, uint16_t port)
+{
+    if (addr->ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)addr)->sin6_port = htons(port);
+    else
+        ((struct sockaddr_in *)addr)->sin_port = htons(port);
+}
+
+static struct MHD_Daemon *start_daemon(http_server *h, struct sockaddr_storage *addr,
+                                       uint16_t port)
+{
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG;
+    if (addr->ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    return MHD_start_daemon(
+        flags, port, NULL, NULL, on_request, h,
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)addr,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_nothing, NULL,
+        /* Bounds a request's URL and headers (long selections go in POST
+         * bodies); libmicrohttpd clears the pool between keep-alive
+         * requests, so a larger one costs CPU on every request. */
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)60,
+        MHD_OPTION_END);
+}
+
+/* Starts cfg->threads daemons on one port; with --port 0 the first picks
+ * the port and the others join it. */
+static int start_daemons(http_server *h, struct sockaddr_storage *addr, cellar_error *err)
+{
+    const server_config *cfg = h->cfg;
+    if (cfg->port && address_in_use(addr))
+        return cellar_fail(err, CELLAR_EUNAVAILABLE, "cannot listen on %s:%u: address in use",
+                           cfg->bind, cfg->port);
+    unsigned want = cfg->threads < MAX_DAEMONS ? cfg->threads : MAX_DAEMONS;
+    uint16_t port = (uint16_t)cfg->port;
+    for (unsigned i = 0; i < want; i++) {
+        struct MHD_Daemon *d = start_daemon(h, addr, port);
+        if (!d)
+            return cellar_fail(err, CELLAR_EUNAVAILABLE, "cannot listen on %s:%u", cfg->bind,
+                               (unsigned)port);
+        h->daemons[h->n_daemons++] = d;
+        if (port == 0) {
+            const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+            port = info ? info->port : 0;
+            if (!port)
+                return cellar_fail(err, CELLAR_EUNAVAILABLE, "cannot tell the port chosen");
+            set_port(addr, port);
+        }
+    }
+    return 0;
+}
+
+static void stop_daemons(http_server *h)
+{
+    for (unsigned i = 0; i < h->n_daemons; i++)
+        MHD_stop_daemon(h->daemons[i]);
+    h->n_daemons = 0;
+}
+
+static void http_free(http_server *h)
+{
+    stop_daemons(h);
+    answer_cache_free(h->answers);
+    if (h->access_log)
+        fclose(h->access_log);
+    pthread_mutex_destroy(&h->bg_lock);
+    free(h);
+}
+
+/* The access log goes to stderr through its own fully buffered stream, so a
+ * request costs no write(2); http_flush_log (every 0.1 s) writes it out. */
+static FILE *open_access_log(void)
+{
+    int fd = dup(STDERR_FILENO);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    setvbuf(f, NULL, _IOFBF, 64 * 1024);
+    return f;
+}
+
 http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
                         cellar_error *err)
 {
@@ -644,34 +886,36 @@ http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
     h->api_cfg.submit_background = submit_background;
     h->api_cfg.background_ctx = h;
     pthread_mutex_init(&h->bg_lock, NULL);
+    h->answers = answer_cache_new(cfg->answer_cache_bytes);
+    if (!h->answers) {
+        cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (cfg->access_log && !(h->access_log = open_access_log())) {
+        cellar_fail(err, CELLAR_EINTERNAL, "cannot open the access log on stderr");
+        goto fail;
+    }
     struct sockaddr_storage addr;
-    if (resolve_bind(cfg->bind, cfg->port, &addr, err) != 0) {
-        free(h);
-        return NULL;
-    }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
-                     MHD_USE_ERROR_LOG;
-    if (addr.ss_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    h->daemon = MHD_start_daemon(
-        flags, (uint16_t)cfg->port, NULL, NULL, on_request, h,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape_nothing, NULL,
-        /* Bounds a request's URL and headers (long selections go in POST
-         * bodies); libmicrohttpd clears the pool between keep-alive
-         * requests, so a larger one costs CPU on every request. */
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)60,
-        MHD_OPTION_END);
-    if (!h->daemon) {
-        cellar_fail(err, CELLAR_EUNAVAILABLE, "cannot listen on %s:%u", cfg->bind, cfg->port);
-        free(h);
-        return NULL;
-    }
+    if (resolve_bind(cfg->bind, cfg->port, &addr, err) != 0)
+        goto fail;
+    if (start_daemons(h, &addr, err) != 0)
+        goto fail;
     return h;
+fail:
+    http_free(h);
+    return NULL;
+}
+
+void http_flush_log(http_server *h)
+{
+    if (h && h->access_log)
+        fflush(h->access_log);
+}
+
+void http_drop_answers(http_server *h)
+{
+    if (h)
+        answer_cache_clear(h->answers);
 }
 
 unsigned http_in_flight(http_server *h)
@@ -683,9 +927,11 @@ void http_drain_and_stop(http_server *h, double drain_seconds)
 {
     if (!h)
         return;
-    MHD_socket listener = MHD_quiesce_daemon(h->daemon);
-    if (listener != MHD_INVALID_SOCKET)
-        close(listener);
+    for (unsigned i = 0; i < h->n_daemons; i++) {
+        MHD_socket listener = MHD_quiesce_daemon(h->daemons[i]);
+        if (listener != MHD_INVALID_SOCKET)
+            close(listener);
+    }
     struct timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);
     while (atomic_load(&h->in_flight) > 0 &&
@@ -693,7 +939,5 @@ void http_drain_and_stop(http_server *h, double drain_seconds)
         struct timespec pause = {0, 10 * 1000 * 1000};
         nanosleep(&pause, NULL);
     }
-    MHD_stop_daemon(h->daemon);
-    pthread_mutex_destroy(&h->bg_lock);
-    free(h);
+    http_free(h);
 }

@@ -2,7 +2,9 @@
  *
  * Every request gets an arena freed when libmicrohttpd reports it complete,
  * is routed through server/router.c, answered by an api/ handler or by the
- * service routes here, and leaves one access-log line. */
+ * service routes here, and leaves one access-log line.  Repeated GETs of an
+ * unchanged store version are answered from the answer cache
+ * (server/answer_cache.h) without running their handler. */
 #ifndef CELLAR_HTTP_H
 #define CELLAR_HTTP_H
 
@@ -30,6 +32,12 @@ typedef int (*http_background_fn)(void *ctx, void (*fn)(void *), void *arg);
  * control loop sets it once running; until then, or with fn NULL, jobs are
  * refused and handlers do without. */
 void http_set_background(http_server *h, http_background_fn fn, void *ctx);
+
+/* Writes out the buffered access log (the control loop calls it every 0.1 s). */
+void http_flush_log(http_server *h);
+
+/* Drops every kept answer (SIGHUP). */
+void http_drop_answers(http_server *h);
 
 /* Requests being answered right now. */
 unsigned http_in_flight(http_server *h);

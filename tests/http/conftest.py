@@ -165,6 +165,20 @@ class Server:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def log_lines_since(self, offset: int, timeout: float = 5.0) -> list[str]:
+        """The log's lines after byte offset, once every request answered so
+        far is in it.  The access log is buffered and written every 0.1 s,
+        in the order requests complete: a marker request's line appearing
+        means the lines of all requests before it are there."""
+        marker = f"/healthz?log-marker={time.monotonic_ns()}"
+        self.session.get(self.base + marker, timeout=5)
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.log.read_bytes()[offset:].decode(errors="replace")
+            if marker in text or time.monotonic() > deadline:
+                return [ln for ln in text.splitlines() if marker not in ln]
+            time.sleep(0.02)
+
     def stop(self) -> int | None:
         if self.proc is None:
             return None

@@ -555,7 +555,7 @@ def _remote(zserver, store: str) -> str:
 
 
 def _server_log_since(zserver, offset: int) -> list[str]:
-    return zserver.log.read_bytes()[offset:].decode(errors="replace").splitlines()
+    return zserver.log_lines_since(offset)
 
 
 @pytest.mark.parametrize("store", [Z.V2, Z.V3_SHARDED, Z.NO_ZMETA, "mu_v2.zarr", "td_v2.zarr",
