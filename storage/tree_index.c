@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 enum { RMQ_SHIFT = 5, RMQ_BLOCK = 1 << RMQ_SHIFT };
 
@@ -64,11 +65,31 @@ static void *adopt(tree_index *t, void *p, size_t bytes)
     return p;
 }
 
+enum { HUGE_PAGE = 2 << 20 };
+
+void *tree_index_calloc(size_t count, size_t size)
+{
+    if (!count)
+        count = 1;
+    if (size && count > SIZE_MAX / size)
+        return NULL;
+    size_t bytes = count * size;
+    if (bytes < HUGE_PAGE)
+        return calloc(count, size);
+    void *p = NULL;
+    if (posix_memalign(&p, HUGE_PAGE, bytes) != 0)
+        return NULL;
+    size_t whole = bytes & ~((size_t)HUGE_PAGE - 1);
+    madvise(p, whole, MADV_HUGEPAGE); /* advice only: fine when refused */
+    memset(p, 0, bytes);
+    return p;
+}
+
 static void *alloc_n(tree_index *t, size_t count, size_t size)
 {
     if (!count)
         count = 1;
-    return adopt(t, calloc(count, size), count * size);
+    return adopt(t, tree_index_calloc(count, size), count * size);
 }
 
 static int fail_nomem(cellar_error *err)

@@ -81,6 +81,12 @@ uint32_t tree_index_hash_id(const char *s, size_t n);
  * nodes or edges. */
 int tree_index_build(arena *a, tree_parts *p, tree_index **out, cellar_error *err);
 
+/* calloc for the big arrays of an index and its builder: blocks of 2 MiB
+ * or more are asked to be backed by huge pages, since building and
+ * querying a million-node tree is mostly random access into them (fewer
+ * TLB misses).  Free with free(). */
+void *tree_index_calloc(size_t count, size_t size);
+
 /* Frees a tree_parts' arrays (not the arena); NULL members are fine. */
 void tree_parts_free(tree_parts *p);
 

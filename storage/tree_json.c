@@ -481,7 +481,7 @@ static int grow_nodes(tree_builder *b)
 static int rehash(tree_builder *b)
 {
     size_t cap = b->slot_cap ? b->slot_cap * 2 : 128;
-    uint64_t *slot = malloc(cap * sizeof *slot);
+    uint64_t *slot = tree_index_calloc(cap, sizeof *slot);
     if (!slot)
         return -1;
     memset(slot, 0xff, cap * sizeof *slot);
@@ -650,9 +650,47 @@ int tree_builder_add_edge(tree_builder *b, const char *src, const char *dst,
                         err);
 }
 
+/* format_double's answer without printf for a v of at most 15 significant
+ * digits, at most 9 of them after the point, written without exponent
+ * (1e-4 <= |v| < 1e15): then %.15g gives exactly that decimal.  The test
+ * r / 10^k == |v| is exact: r and 10^k are doubles and the division is
+ * correctly rounded, as strtod of the decimal is.  0 when v is not such. */
+static size_t format_simple(char *buf, size_t size, double v)
+{
+    static const double p10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9};
+    double a = fabs(v);
+    if (!(a >= 1e-4 && a < 1e15) || size < 40)
+        return 0;
+    for (int k = 0; k < 10; k++) {
+        double r = nearbyint(a * p10[k]);
+        if (r >= 1e15)
+            return 0;
+        if (r / p10[k] != a)
+            continue;
+        uint64_t ir = (uint64_t)r, scale = (uint64_t)p10[k];
+        uint64_t ip = ir / scale, fp = ir % scale;
+        int n = snprintf(buf, size, "%s%llu.", v < 0 ? "-" : "", (unsigned long long)ip);
+        if (k == 0 || fp == 0)
+            return (size_t)n + (size_t)(buf[n] = '0', buf[n + 1] = '\0', 1);
+        for (int d = k - 1; d >= 0; d--) {
+            buf[n + d] = (char)('0' + fp % 10);
+            fp /= 10;
+        }
+        n += k;
+        while (buf[n - 1] == '0')
+            n--;
+        buf[n] = '\0';
+        return (size_t)n;
+    }
+    return 0;
+}
+
 /* Shortest text that reads back as v, always with a '.' or exponent. */
 static size_t format_double(char *buf, size_t size, double v)
 {
+    size_t quick = format_simple(buf, size, v);
+    if (quick)
+        return quick;
     int n = 0;
     for (int prec = 15; prec <= 17; prec++) {
         n = snprintf(buf, size, "%.*g", prec, v);
@@ -674,6 +712,69 @@ static int column_is_absent(const tree_attr_column *col, int64_t row)
     return !s || !*s;
 }
 
+/* A JSON number exactly as the grammar has it (no NaN, no spaces). */
+static int json_plain_number(const char *s, size_t n)
+{
+    size_t i = 0;
+    if (i < n && s[i] == '-')
+        i++;
+    if (i < n && s[i] == '0')
+        i++;
+    else if (i < n && s[i] >= '1' && s[i] <= '9')
+        while (i < n && s[i] >= '0' && s[i] <= '9')
+            i++;
+    else
+        return 0;
+    if (i < n && s[i] == '.') {
+        size_t d = ++i;
+        while (i < n && s[i] >= '0' && s[i] <= '9')
+            i++;
+        if (i == d)
+            return 0;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-'))
+            i++;
+        size_t d = i;
+        while (i < n && s[i] >= '0' && s[i] <= '9')
+            i++;
+        if (i == d)
+            return 0;
+    }
+    return i == n;
+}
+
+/* A quoted string of printable ASCII that needs no escape. */
+static int json_plain_string(const char *s, size_t n)
+{
+    if (n < 2 || s[0] != '"' || s[n - 1] != '"')
+        return 0;
+    for (size_t i = 1; i + 1 < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c > 0x7e || c == '"' || c == '\\')
+            return 0;
+    }
+    return 1;
+}
+
+/* One JSON text of a column into the capture: the plain texts that
+ * parsing would hand over unchanged go straight in (no parser per value),
+ * anything else is parsed. */
+static int cap_json_value(capture *c, const char *s)
+{
+    size_t n = strlen(s);
+    if (json_plain_string(s, n))
+        return cap_string(c, (const unsigned char *)s + 1, n - 2) ? 0 : -1;
+    if (json_plain_number(s, n))
+        return cap_number(c, s, n) ? 0 : -1;
+    if (n == 4 && memcmp(s, "null", 4) == 0)
+        return cap_null(c) ? 0 : -1;
+    if ((n == 4 && memcmp(s, "true", 4) == 0) || (n == 5 && memcmp(s, "false", 5) == 0))
+        return cap_bool(c, n == 4) ? 0 : -1;
+    return cap_parse_text(c, s, n);
+}
+
 static int cap_column_value(capture *c, const tree_attr_column *col, int64_t row)
 {
     char buf[40];
@@ -692,10 +793,8 @@ static int cap_column_value(capture *c, const tree_attr_column *col, int64_t row
     }
     case TREE_COLUMN_BOOL:
         return cap_bool(c, ((const uint8_t *)col->values)[row] != 0) ? 0 : -1;
-    case TREE_COLUMN_JSON: {
-        const char *s = ((const char *const *)col->values)[row];
-        return cap_parse_text(c, s, strlen(s));
-    }
+    case TREE_COLUMN_JSON:
+        return cap_json_value(c, ((const char *const *)col->values)[row]);
     }
     c->rc = cellar_fail(c->err, CELLAR_EINVAL, "attribute column '%s' has an unknown kind",
                         col->name);
@@ -703,11 +802,32 @@ static int cap_column_value(capture *c, const tree_attr_column *col, int64_t row
 }
 
 /* Builds the attribute object of one row from the columns into the capture. */
+/* Names the row of a column for messages, formatted only when one is made. */
+typedef struct row_name {
+    tree_builder *b;
+    const char *id, *dst;  /* node id, or edge source and dst */
+} row_name;
+
+static void row_describe(void *ctx)
+{
+    row_name *rn = ctx;
+    char s1[ERR_ID_MAX], s2[ERR_ID_MAX];
+    if (!rn->dst)
+        snprintf(rn->b->msg, sizeof rn->b->msg, "node '%s' of %s",
+                 short_id(s1, sizeof s1, rn->id, strlen(rn->id)), rn->b->what);
+    else
+        snprintf(rn->b->msg, sizeof rn->b->msg, "edge '%s' -> '%s' of %s",
+                 short_id(s1, sizeof s1, rn->id, strlen(rn->id)),
+                 short_id(s2, sizeof s2, rn->dst, strlen(rn->dst)), rn->b->what);
+}
+
 static int compose_row(tree_builder *b, int64_t row, size_t n_cols,
-                       const tree_attr_column *cols, const char *what, cellar_error *err)
+                       const tree_attr_column *cols, row_name *rn, cellar_error *err)
 {
     capture *c = &b->cap;
-    cap_begin(c, err, what);
+    cap_begin(c, err, b->msg);
+    c->describe = row_describe;
+    c->describe_ctx = rn;
     if (!cap_start_map(c))
         return c->rc;
     for (size_t k = 0; k < n_cols; k++) {
@@ -729,12 +849,10 @@ static int compose_row(tree_builder *b, int64_t row, size_t n_cols,
 int tree_builder_add_nodes(tree_builder *b, int64_t n, const char *const *ids, size_t n_cols,
                            const tree_attr_column *cols, cellar_error *err)
 {
-    char sid[ERR_ID_MAX];
     for (int64_t i = 0; i < n; i++) {
         const char *id = ids[i] ? ids[i] : "";
-        snprintf(b->msg, sizeof b->msg, "node '%s' of %s",
-                 short_id(sid, sizeof sid, id, strlen(id)), b->what);
-        int rc = compose_row(b, i, n_cols, cols, b->msg, err);
+        row_name rn = {b, id, NULL};
+        int rc = compose_row(b, i, n_cols, cols, &rn, err);
         if (rc < 0)
             return rc;
         const char *text;
@@ -750,19 +868,20 @@ int tree_builder_add_edges(tree_builder *b, int64_t n, const char *const *src,
                            const char *const *dst, size_t n_cols,
                            const tree_attr_column *cols, cellar_error *err)
 {
-    char s1[ERR_ID_MAX], s2[ERR_ID_MAX];
+    int32_t src_node = -1; /* of src[i - 1]: edges come grouped by source */
     for (int64_t i = 0; i < n; i++) {
         const char *s = src[i] ? src[i] : "", *d = dst[i] ? dst[i] : "";
-        snprintf(b->msg, sizeof b->msg, "edge '%s' -> '%s' of %s",
-                 short_id(s1, sizeof s1, s, strlen(s)), short_id(s2, sizeof s2, d, strlen(d)),
-                 b->what);
-        int rc = compose_row(b, i, n_cols, cols, b->msg, err);
+        if (i > 0 && strcmp(s, src[i - 1] ? src[i - 1] : "") != 0)
+            src_node = -1;
+        row_name rn = {b, s, d};
+        int rc = compose_row(b, i, n_cols, cols, &rn, err);
         if (rc < 0)
             return rc;
         const char *text;
         size_t len;
         cap_result(&b->cap, &text, &len);
-        rc = add_edge_raw(b, s, strlen(s), d, strlen(d), text, len, b->cap.length, NULL, err);
+        rc = add_edge_raw(b, s, strlen(s), d, strlen(d), text, len, b->cap.length, &src_node,
+                          err);
         if (rc < 0)
             return rc;
     }

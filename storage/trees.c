@@ -227,9 +227,9 @@ static int read_columns(node *tg, const char *group, const char *what, int64_t n
     return 0;
 }
 
-/* The 1-D `nodes` and the (n, 2) `edges` of one tree group. */
-static int read_topology(node *tg, const char *what, arena *a, int64_t *n_nodes, char ***ids,
-                         int64_t *n_edges, char ***src, char ***dst, cellar_error *err)
+/* The 1-D `nodes` of one tree group. */
+static int read_nodes(node *tg, const char *what, arena *a, int64_t *n_nodes, char ***ids,
+                      cellar_error *err)
 {
     node *nn;
     int rc = node_child(tg, "nodes", &nn, err);
@@ -245,6 +245,14 @@ static int read_topology(node *tg, const char *what, arena *a, int64_t *n_nodes,
     dim_sel all = dim_sel_range(0, *n_nodes);
     if (*n_nodes && (rc = node_read_strings(nn, &all, a, *ids, err)))
         return rc;
+    return 0;
+}
+
+/* The (n, 2) `edges` of one tree group, as source and target columns. */
+static int read_edges(node *tg, const char *what, arena *a, int64_t *n_edges, char ***src,
+                      char ***dst, cellar_error *err)
+{
+    int rc = 0;
     *n_edges = 0;
     *src = *dst = NULL;
     node *en = node_child_opt(tg, "edges");
@@ -260,22 +268,30 @@ static int read_topology(node *tg, const char *what, arena *a, int64_t *n_nodes,
     int64_t m = ei->shape[0];
     if ((uint64_t)m > SIZE_MAX / (4 * sizeof(char *)))
         return cellar_fail(err, CELLAR_ETOOBIG, "%s/edges is too long", what);
-    char **pairs = arena_calloc(a, (size_t)m * 2, sizeof *pairs);
+    /* pairs is malloc'd, not in the arena: it is dead once split */
+    char **pairs = calloc((size_t)m * 2, sizeof *pairs);
     *src = arena_calloc(a, (size_t)m, sizeof **src);
     *dst = arena_calloc(a, (size_t)m, sizeof **dst);
-    if (!pairs || !*src || !*dst)
+    if (!pairs || !*src || !*dst) {
+        free(pairs);
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s/edges", what);
+    }
     dim_sel sel[2] = {dim_sel_range(0, m), dim_sel_range(0, 2)};
-    if ((rc = node_read_strings(en, sel, a, pairs, err)))
+    if ((rc = node_read_strings(en, sel, a, pairs, err))) {
+        free(pairs);
         return rc;
+    }
     for (int64_t i = 0; i < m; i++) {
         (*src)[i] = pairs[2 * i];
         (*dst)[i] = pairs[2 * i + 1];
     }
+    free(pairs);
     *n_edges = m;
     return 0;
 }
 
+/* Nodes first, then edges, each phase's columns freed before the next is
+ * read, so that a build holds one phase's columns at a time. */
 static int load_tree_group(node *tg, const char *what, tree_index **out, cellar_error *err)
 {
     arena *a = arena_new();
@@ -289,16 +305,25 @@ static int load_tree_group(node *tg, const char *what, tree_index **out, cellar_
     char **ids = NULL, **src = NULL, **dst = NULL;
     tree_attr_column *ncols = NULL, *ecols = NULL;
     size_t n_ncols = 0, n_ecols = 0;
-    rc = read_topology(tg, what, a, &n_nodes, &ids, &n_edges, &src, &dst, err);
+    rc = read_nodes(tg, what, a, &n_nodes, &ids, err);
     if (!rc)
         rc = read_columns(tg, "node_attrs", what, n_nodes, a, &ncols, &n_ncols, err);
     if (!rc)
-        rc = read_columns(tg, "edge_attrs", what, n_edges, a, &ecols, &n_ecols, err);
-    if (!rc)
         rc = tree_builder_add_nodes(b, n_nodes, (const char *const *)ids, n_ncols, ncols, err);
+    arena_free(a);
+    malloc_trim(0); /* the node columns' memory, before the edges' is read */
+    a = rc ? NULL : arena_new();
+    if (!rc && !a)
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", what);
+    if (!rc)
+        rc = read_edges(tg, what, a, &n_edges, &src, &dst, err);
+    if (!rc)
+        rc = read_columns(tg, "edge_attrs", what, n_edges, a, &ecols, &n_ecols, err);
     if (!rc && n_edges)
         rc = tree_builder_add_edges(b, n_edges, (const char *const *)src,
                                     (const char *const *)dst, n_ecols, ecols, err);
+    arena_free(a);
+    a = NULL;
     if (!rc) {
         rc = tree_builder_finish(b, out, err);
         b = NULL;
