@@ -689,6 +689,44 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return dispatch(ctx, conn, url);
 }
 
+/* Appends the decimal digits of v at p; returns the end. */
+static char *put_u64(char *p, uint64_t v)
+{
+    char digits[20];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n)
+        *p++ = digits[--n];
+    return p;
+}
+
+/* "METHOD PATH STATUS BYTES MICROSECONDS\n", put together by hand: this runs
+ * once per request and printf's parsing was a visible share of a small one. */
+static void log_request(FILE *log, const request_ctx *ctx, uint64_t us)
+{
+    const char *method = ctx->req.method ? ctx->req.method : "-";
+    const char *path = ctx->req.path ? ctx->req.path : "-";
+    size_t ml = strlen(method), pl = strlen(path);
+    char numbers[80];
+    char *p = numbers;
+    *p++ = ' ';
+    p = put_u64(p, (uint64_t)(ctx->status < 0 ? 0 : ctx->status));
+    *p++ = ' ';
+    p = put_u64(p, ctx->bytes_out);
+    *p++ = ' ';
+    p = put_u64(p, us);
+    *p++ = '\n';
+    flockfile(log);
+    fwrite_unlocked(method, 1, ml, log);
+    fputc_unlocked(' ', log);
+    fwrite_unlocked(path, 1, pl, log);
+    fwrite_unlocked(numbers, 1, (size_t)(p - numbers), log);
+    funlockfile(log);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
@@ -700,8 +738,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     uint64_t us = elapsed_us(&ctx->start);
     if (srv->access_log)
-        fprintf(srv->access_log, "%s %s %d %llu %llu\n", ctx->req.method, ctx->req.path,
-                ctx->status, (unsigned long long)ctx->bytes_out, (unsigned long long)us);
+        log_request(srv->access_log, ctx, us);
     metrics_observe(srv->metrics, ctx->route.id, ctx->status, us, ctx->bytes_out);
     if (ctx->res.fd >= 0)
         close(ctx->res.fd);
