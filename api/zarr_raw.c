@@ -7,7 +7,11 @@
  * strictly as store names: plain relative segments only, and the opened
  * file must lie inside the store directory (checked on the opened fd, so a
  * symlink swapped in between cannot escape).  Anything that is not a
- * regular file inside the store is 404, never 403.
+ * regular file inside the store is 404, never 403.  Keys are opened
+ * relative to the store directory's descriptor, and a key whose file was
+ * already proven inside, unchanged since (same identity, ctime included),
+ * skips the /proc check and reuses its formatted validators, so a repeated
+ * key costs open, fstat and sendfile like a static file server.
  *
  * Validators are the key's own: the store version's ETag combined with the
  * file's inode, size and mtime (a chunk rewritten in place changes it), and
@@ -30,6 +34,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,23 +123,22 @@ static int parse_http_date(const char *text, time_t *out)
     return 0;
 }
 
+#define ETAG_MAX 192
+#define DATE_MAX 40
+
 /* The key's validator: the store version's ETag (quoted) with the file's
- * identity appended inside the quotes. */
-static char *key_etag(arena *a, const char *store_tag, const struct stat *st)
+ * identity appended inside the quotes.  -1 when it does not fit. */
+static int key_etag(const char *store_tag, const struct stat *st, char out[ETAG_MAX])
 {
     size_t len = strlen(store_tag);
-    if (len < 2)
-        return NULL;
-    char tail[96];
-    snprintf(tail, sizeof tail, "-k%" PRIx64 "-%" PRIx64 "-%" PRIx64 ".%lx\"",
-             (uint64_t)st->st_ino, (uint64_t)st->st_size, (uint64_t)st->st_mtim.tv_sec,
-             (unsigned long)st->st_mtim.tv_nsec);
-    char *out = arena_alloc(a, len - 1 + strlen(tail) + 1);
-    if (!out)
-        return NULL;
+    if (len < 2 || len >= ETAG_MAX)
+        return -1;
     memcpy(out, store_tag, len - 1);
-    strcpy(out + len - 1, tail);
-    return out;
+    int n = snprintf(out + len - 1, ETAG_MAX - (len - 1),
+                     "-k%" PRIx64 "-%" PRIx64 "-%" PRIx64 ".%lx\"", (uint64_t)st->st_ino,
+                     (uint64_t)st->st_size, (uint64_t)st->st_mtim.tv_sec,
+                     (unsigned long)st->st_mtim.tv_nsec);
+    return n < 0 || (size_t)n >= ETAG_MAX - (len - 1) ? -1 : 0;
 }
 
 /* If-None-Match: a list of entity tags or "*"; weak comparison (a W/
@@ -253,16 +257,15 @@ static int if_range_holds(const char *header, const char *etag, struct timespec 
 
 typedef struct validators {
     const char *etag;
+    const char *last_modified; /* mtime as an HTTP date */
     struct timespec mtime;
 } validators;
 
 static int add_validators(api_request *req, api_response *res, const validators *v,
                           cellar_error *err)
 {
-    char date[64];
-    http_date(v->mtime, date, sizeof date);
     if (api_add_header(req, res, "ETag", v->etag) ||
-        api_add_header(req, res, "Last-Modified", date) ||
+        api_add_header(req, res, "Last-Modified", v->last_modified) ||
         api_add_header(req, res, "Cache-Control", "no-cache") ||
         api_add_header(req, res, "Accept-Ranges", "bytes"))
         return cellar_fail(err, CELLAR_EINTERNAL, "too many response headers");
@@ -405,7 +408,9 @@ static int serve_built_doc(api_request *req, api_response *res, const built_doc 
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
     memcpy(etag, tag, tl - 1);
     sprintf(etag + tl - 1, "-%s\"", suffix);
-    validators v = {etag, store_mtime(s)};
+    char date[DATE_MAX];
+    http_date(store_mtime(s), date, sizeof date);
+    validators v = {etag, date, store_mtime(s)};
     uint64_t first = 0, len = 0;
     rc = answer_span(req, res, &v, doc->len, &first, &len, err);
     if (rc)
@@ -420,10 +425,141 @@ static int serve_built_doc(api_request *req, api_response *res, const built_doc 
 
 /* ---- files ---- */
 
+/* What a request needs of an opened key: its stat and its validators. */
+typedef struct opened_key {
+    int fd;
+    struct stat st;
+    char etag[ETAG_MAX];
+    char date[DATE_MAX];
+} opened_key;
+
+/* Keys already proven to lie inside the store, per store version: a
+ * direct-mapped table (a key's slot is its hash; a newer key takes the
+ * slot), so memory stays bounded whatever clients ask for.  A slot holds the
+ * file's identity as it was when /proc/self/fd showed it inside the store,
+ * and the validators made from it.  An opened file with the same device,
+ * inode, size, mtime and ctime is that same file, not moved (a rename or a
+ * new hard link changes ctime) and not rewritten, so the per-request
+ * readlink and the ETag and date formatting are skipped.  Slots are guarded
+ * by striped locks: requests for different keys rarely wait on each other. */
+#define KEY_SLOTS 4096
+#define KEY_LOCKS 64
+
+typedef struct key_slot {
+    uint64_t hash;
+    char *text; /* "key\0etag\0date\0" in one allocation; NULL = empty */
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime, ctime;
+} key_slot;
+
+typedef struct raw_keys {
+    int dirfd; /* the store directory, for openat */
+    pthread_mutex_t locks[KEY_LOCKS];
+    key_slot slots[KEY_SLOTS];
+} raw_keys;
+
+static uint64_t key_hash(const char *key)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    return h;
+}
+
+static int same_file(const key_slot *k, const struct stat *st)
+{
+    return k->dev == st->st_dev && k->ino == st->st_ino && k->size == st->st_size &&
+           k->mtime.tv_sec == st->st_mtim.tv_sec && k->mtime.tv_nsec == st->st_mtim.tv_nsec &&
+           k->ctime.tv_sec == st->st_ctim.tv_sec && k->ctime.tv_nsec == st->st_ctim.tv_nsec;
+}
+
+/* Whether key was proven inside with the identity of o->st; then copies
+ * the validators made at that time into o. */
+static int raw_keys_find(raw_keys *keys, const char *key, uint64_t hash, opened_key *o)
+{
+    size_t i = (size_t)(hash % KEY_SLOTS);
+    key_slot *k = &keys->slots[i];
+    int found = 0;
+    pthread_mutex_lock(&keys->locks[i % KEY_LOCKS]);
+    if (k->text && k->hash == hash && !strcmp(k->text, key) && same_file(k, &o->st)) {
+        const char *etag = k->text + strlen(k->text) + 1;
+        const char *date = etag + strlen(etag) + 1;
+        memcpy(o->etag, etag, strlen(etag) + 1);
+        memcpy(o->date, date, strlen(date) + 1);
+        found = 1;
+    }
+    pthread_mutex_unlock(&keys->locks[i % KEY_LOCKS]);
+    return found;
+}
+
+/* Remembers that key, as o->st, lies inside the store (best effort: out of
+ * memory only means the next request checks again). */
+static void raw_keys_put(raw_keys *keys, const char *key, uint64_t hash, const opened_key *o)
+{
+    size_t kl = strlen(key) + 1, el = strlen(o->etag) + 1, dl = strlen(o->date) + 1;
+    char *text = malloc(kl + el + dl);
+    if (!text)
+        return;
+    memcpy(text, key, kl);
+    memcpy(text + kl, o->etag, el);
+    memcpy(text + kl + el, o->date, dl);
+    size_t i = (size_t)(hash % KEY_SLOTS);
+    key_slot *k = &keys->slots[i];
+    pthread_mutex_lock(&keys->locks[i % KEY_LOCKS]);
+    char *old = k->text;
+    *k = (key_slot){hash, text, o->st.st_dev, o->st.st_ino, o->st.st_size, o->st.st_mtim,
+                    o->st.st_ctim};
+    pthread_mutex_unlock(&keys->locks[i % KEY_LOCKS]);
+    free(old);
+}
+
+static void raw_keys_free(void *value)
+{
+    raw_keys *keys = value;
+    if (!keys)
+        return;
+    for (size_t i = 0; i < KEY_SLOTS; i++)
+        free(keys->slots[i].text);
+    for (size_t i = 0; i < KEY_LOCKS; i++)
+        pthread_mutex_destroy(&keys->locks[i]);
+    if (keys->dirfd >= 0)
+        close(keys->dirfd);
+    free(keys);
+}
+
+/* Opens the store directory (ctx, its canonical path) for this version. */
+static int raw_keys_build(void *ctx, void **value, size_t *bytes, cellar_error *err)
+{
+    raw_keys *keys = calloc(1, sizeof *keys);
+    if (!keys)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    for (size_t i = 0; i < KEY_LOCKS; i++)
+        pthread_mutex_init(&keys->locks[i], NULL);
+    keys->dirfd = open(ctx, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (keys->dirfd < 0) {
+        raw_keys_free(keys);
+        return cellar_fail(err, CELLAR_EIO, "cannot open the store directory");
+    }
+    *value = keys;
+    *bytes = sizeof *keys;
+    return 0;
+}
+
+static int raw_keys_get(store *s, raw_keys **out, cellar_error *err)
+{
+    void *value = NULL;
+    int rc = store_derived(s, "zarr-raw:keys", raw_keys_build, (void *)store_path(s),
+                           raw_keys_free, &value, err);
+    *out = value;
+    return rc;
+}
+
 /* Whether the file open as fd lies inside dir (a canonical path), judged
- * on the opened file itself; path is what was opened (for the fallback
+ * on the opened file itself; dir/key is what was opened (for the fallback
  * when /proc is not mounted). */
-static int fd_inside(int fd, const char *path, const char *dir)
+static int fd_inside(int fd, const char *dir, const char *key)
 {
     char link[64], real[PATH_MAX + 1];
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
@@ -431,7 +567,9 @@ static int fd_inside(int fd, const char *path, const char *dir)
     if (n > 0) {
         real[n] = '\0';
     } else {
-        char *r = realpath(path, NULL);
+        char path[PATH_MAX];
+        int pn = snprintf(path, sizeof path, "%s/%s", dir, key);
+        char *r = pn < 0 || (size_t)pn >= sizeof path ? NULL : realpath(path, NULL);
         if (!r)
             return 0;
         snprintf(real, sizeof real, "%s", r);
@@ -441,40 +579,51 @@ static int fd_inside(int fd, const char *path, const char *dir)
     return !strncmp(real, dir, dl) && real[dl] == '/';
 }
 
-/* Opens key inside dir: a regular file that stays inside.  Returns the fd
- * (>= 0), CELLAR_ENOTFOUND (errno-like reasons kept out of the detail),
- * or CELLAR_EIO. */
-static int open_key(arena *a, const char *dir, const char *key, struct stat *st,
-                    int *missing)
+/* Opens key of the store: a regular file that stays inside, with its
+ * validators.  Returns 0 with o->fd open, CELLAR_ENOTFOUND (*missing set
+ * when nothing is there; errno-like reasons kept out of the detail) or
+ * CELLAR_EIO. */
+static int open_key(arena *a, raw_keys *keys, const char *dir, const char *store_tag,
+                    const char *key, opened_key *o, int *missing)
 {
     *missing = 0;
-    char path[PATH_MAX];
-    int n = snprintf(path, sizeof path, "%s/%s", dir, key);
-    if (n < 0 || (size_t)n >= sizeof path)
-        return CELLAR_ENOTFOUND;
+    o->fd = -1;
     /* O_NONBLOCK: a FIFO planted in the store must not hang the thread. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    int fd = openat(keys->dirfd, key, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
         if (errno == ENOENT)
             *missing = 1;
         return errno == EMFILE || errno == ENFILE || errno == EIO ? CELLAR_EIO
                                                                     : CELLAR_ENOTFOUND;
     }
-    if (fstat(fd, st) != 0) {
+    if (fstat(fd, &o->st) != 0) {
         close(fd);
         return CELLAR_EIO;
     }
-    if (!S_ISREG(st->st_mode) || !fd_inside(fd, path, dir)) {
-        if (S_ISREG(st->st_mode))
-            fprintf(stderr, "cellar: refused zarr key '%.300s': resolves outside its store\n",
-                    log_text(a, key));
+    if (!S_ISREG(o->st.st_mode)) {
         close(fd);
         return CELLAR_ENOTFOUND;
     }
-    int flags = fcntl(fd, F_GETFL);
-    if (flags >= 0)
-        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-    return fd;
+    uint64_t hash = key_hash(key);
+    if (!raw_keys_find(keys, key, hash, o)) {
+        if (!fd_inside(fd, dir, key)) {
+            fprintf(stderr, "cellar: refused zarr key '%.300s': resolves outside its store\n",
+                    log_text(a, key));
+            close(fd);
+            return CELLAR_ENOTFOUND;
+        }
+        if (key_etag(store_tag, &o->st, o->etag) != 0) {
+            close(fd);
+            return CELLAR_EIO;
+        }
+        http_date(o->st.st_mtim, o->date, sizeof o->date);
+        raw_keys_put(keys, key, hash, o);
+    }
+    /* Regular files ignore O_NONBLOCK on Linux; cleared anyway so the
+     * descriptor handed to the server behaves like any opened file. */
+    fcntl(fd, F_SETFL, 0);
+    o->fd = fd;
+    return 0;
 }
 
 int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
@@ -503,47 +652,46 @@ int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
         return cellar_fail(err, CELLAR_ENOTFOUND, "no key '%.300s' in zarr store '%.300s'", key,
                            name);
     }
-    struct stat st;
+    raw_keys *keys = NULL;
+    rc = raw_keys_get(s, &keys, err);
+    if (rc)
+        return rc;
+    opened_key o;
     int missing = 0;
-    int fd = open_key(req->arena, store_path(s), key, &st, &missing);
+    int orc = open_key(req->arena, keys, store_path(s), store_etag(s), key, &o, &missing);
     const built_doc *built = NULL;
-    if (fd < 0 && missing && !strcmp(key, ".zmetadata") &&
-        zarr_store_version(store_path(s)) == 2) {
+    if (orc && missing && !strcmp(key, ".zmetadata") && zarr_store_version(store_path(s)) == 2) {
         rc = built_doc_get(s, 0, &built, err);
         return rc ? rc : serve_built_doc(req, res, built, "zmetadata", err);
     }
     /* A v3 store without consolidated metadata: its root zarr.json is
      * answered with every node's document inlined. */
-    if (fd >= 0 && !strcmp(key, "zarr.json")) {
+    if (!orc && !strcmp(key, "zarr.json")) {
         rc = built_doc_get(s, 1, &built, err);
         if (rc) {
-            close(fd);
+            close(o.fd);
             return rc;
         }
         if (built->text) {
-            close(fd);
+            close(o.fd);
             return serve_built_doc(req, res, built, "consolidated", err);
         }
     }
-    if (fd == CELLAR_EIO)
+    if (orc == CELLAR_EIO)
         return cellar_fail(err, CELLAR_EIO, "cannot open key '%.300s' of '%.300s'", key, name);
-    if (fd < 0)
+    if (orc)
         return cellar_fail(err, CELLAR_ENOTFOUND, "no key '%.300s' in zarr store '%.300s'", key,
                            name);
 
-    validators v = {key_etag(req->arena, store_etag(s), &st), st.st_mtim};
-    if (!v.etag) {
-        close(fd);
-        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
-    }
+    validators v = {o.etag, o.date, o.st.st_mtim};
     uint64_t first = 0, len = 0;
-    rc = answer_span(req, res, &v, (uint64_t)st.st_size, &first, &len, err);
+    rc = answer_span(req, res, &v, (uint64_t)o.st.st_size, &first, &len, err);
     if (rc || (res->status != 200 && res->status != 206)) {
-        close(fd);
+        close(o.fd);
         return rc;
     }
     res->content_type = key_content_type(key);
-    res->fd = fd;
+    res->fd = o.fd;
     res->fd_offset = first;
     res->fd_length = len;
     return 0;
