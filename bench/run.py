@@ -292,10 +292,16 @@ def write_paths(path, lines):
             f.write(f"{kind}\t{p}\n")
 
 
-def start_cellar(cfg, workdir):
+# cellar as users run it, and with its answer cache off: the second shows
+# what a request costs when its answer is made anew (first requests, or
+# requests that never repeat).
+NO_ANSWER_CACHE = ("--answer-cache-bytes", "0")
+
+
+def start_cellar(cfg, workdir, extra=()):
     port = free_port()
     return Server("cellar", [cfg["cellar_bin"], "--root", cfg["data_dir"], "--bind", "127.0.0.1",
-                             "--port", str(port), "--threads", str(cfg["threads"])],
+                             "--port", str(port), "--threads", str(cfg["threads"]), *extra],
                   "/healthz", port, os.path.join(workdir, "cellar.log"))
 
 
@@ -382,12 +388,12 @@ def run_all(cfg, manifest, scenarios, results, workdir):
     os.makedirs(bodies, exist_ok=True)
     servers = {}
 
-    def fresh_cellar():
+    def fresh_cellar(extra=()):
         # A new process for each scenario: its peak RSS is that scenario's
         # own (the caches it fills), not what earlier scenarios left.
         if servers.get("cellar"):
             servers.pop("cellar").stop()
-        servers["cellar"] = start_cellar(cfg, workdir)
+        servers["cellar"] = start_cellar(cfg, workdir, extra)
         return servers["cellar"]
 
     try:
@@ -410,6 +416,10 @@ def run_all(cfg, manifest, scenarios, results, workdir):
                 cellar = fresh_cellar()
                 measure(results, sid, "cellar", cellar.base + sc["cellar"], cfg,
                         rss_pid=cellar.pid())
+                if sc["mhd"] == "mem":  # raw zarr keys are never kept as answers
+                    cellar = fresh_cellar(NO_ANSWER_CACHE)
+                    measure(results, sid, "cellar_no_answer_cache", cellar.base + sc["cellar"],
+                            cfg, rss_pid=cellar.pid())
                 mhd = servers.get("mhd")
                 if mhd:
                     path = f"/mem/{sid}" if sc["mhd"] == "mem" else f"/file/{sc['key']}"
@@ -439,12 +449,15 @@ def run_all(cfg, manifest, scenarios, results, workdir):
             write_paths(os.path.join(workdir, f"mixed-{name}.tsv"),
                         mixed_paths(manifest, scenarios, name))
         for conns in (1, 16, 256) if not cfg["only"] or "mixed" in cfg["only"] else ():
-            for name in names:
-                srv = fresh_cellar() if name == "cellar" else servers[name]
+            for name in names + ["cellar_no_answer_cache"]:
+                paths = os.path.join(workdir, f"mixed-{'mhd' if name == 'mhd' else 'cellar'}.tsv")
+                if name == "mhd":
+                    srv = servers[name]
+                else:
+                    srv = fresh_cellar(NO_ANSWER_CACHE if name != "cellar" else ())
                 measure(results, f"mixed_{conns}", name, srv.base + "/", cfg,
-                        rss_pid=srv.pid() if name == "cellar" else None,
-                        connections=conns, script=mixed,
-                        extra_env={"BENCH_PATHS": os.path.join(workdir, f"mixed-{name}.tsv")})
+                        rss_pid=srv.pid() if name != "mhd" else None,
+                        connections=conns, script=mixed, extra_env={"BENCH_PATHS": paths})
     finally:
         for srv in servers.values():
             if srv:
@@ -482,8 +495,9 @@ def fmt_ratio(r):
 
 def build_table(scenarios, results, cfg):
     head = ("| scenario | conns | body bytes | cellar req/s | p50 ms | p99 ms | cellar peak RSS MB "
-            "| errors | bare MHD req/s | ratio to MHD | other reference | ref req/s | ratio |")
-    sep = "|" + "---|" * 13
+            "| errors | bare MHD req/s | ratio to MHD | other reference | ref req/s | ratio "
+            "| no answer cache: req/s | ratio to MHD | ratio to other |")
+    sep = "|" + "---|" * 16
     lines = [head, sep]
     rows = [(sc["id"], sc["label"], cfg["connections"], sc) for sc in scenarios]
     rows += [(f"mixed_{c}", f"mixed load (mixed.lua)", c, None) for c in (1, 16, 256)]
@@ -496,9 +510,10 @@ def build_table(scenarios, results, cfg):
             other_name, o = "h5grove", results.get(sid, "h5grove")
         else:
             other_name, o = "—", None
+        n = results.get(sid, "cellar_no_answer_cache")
         if c and "note" in c:
             lines.append(f"| {label} | {conns} | — | {c['note']} | — | — | — | — | "
-                         f"{fmt_rps(m)} | — | {other_name} | {fmt_rps(o)} | — |")
+                         f"{fmt_rps(m)} | — | {other_name} | {fmt_rps(o)} | — | — | — | — |")
             continue
         if not c:
             continue
@@ -507,7 +522,8 @@ def build_table(scenarios, results, cfg):
             f"| {label} | {conns} | {body} | {c['rps']:,.0f} | {fmt_ms(c['p50_us'])} | "
             f"{fmt_ms(c['p99_us'])} | {(c.get('rss_kb') or 0) / 1024:.0f} | {c['errors']} | "
             f"{fmt_rps(m)} | {fmt_ratio(ratio(c, m))} | {other_name} | {fmt_rps(o)} | "
-            f"{fmt_ratio(ratio(c, o))} |")
+            f"{fmt_ratio(ratio(c, o))} | {fmt_rps(n)} | {fmt_ratio(ratio(n, m))} | "
+            f"{fmt_ratio(ratio(n, o))} |")
     return "\n".join(lines)
 
 
@@ -637,7 +653,12 @@ end state their own run (`BENCH_ONLY=trees,matrices` reruns only those).
 Ratios are cellar's requests/s over the reference's, from this run. Latencies
 are wrk's (p50, p99). RSS is cellar's peak resident size (VmHWM): each
 scenario runs on a freshly started cellar (its warm-up fills the caches it
-uses), so the RSS is that scenario's own.
+uses), so the RSS is that scenario's own.  cellar runs as users run it, with
+its answer cache (a repeated GET of an unchanged store is answered from the
+answers it kept, `--answer-cache-bytes`); the last three columns are the
+same scenario on a cellar started with `--answer-cache-bytes 0`, where every
+request reads the store and builds its answer (its own caches of parsed
+metadata, names and indexes stay on).
 
 {table}
 
