@@ -493,6 +493,34 @@ static int walk_sort_list(dim_walk *w, int64_t count)
     return 0;
 }
 
+/* The groups of a slice, computed per chunk rather than per position (a
+ * slice of a million entries makes a few groups, not a million steps). */
+static int walk_slice_groups(dim_walk *w, size_t maxg, const char *what, cellar_error *err)
+{
+    const dim_sel *s = w->s;
+    int64_t chunk = w->chunk;
+    for (int64_t k = 0; k < s->count;) {
+        int64_t pos = s->start + k * s->step, c = pos / chunk, n;
+        if (s->step > 0)
+            n = ((c + 1) * chunk - 1 - pos) / s->step + 1;
+        else
+            n = (pos - c * chunk) / -s->step + 1;
+        if (n > s->count - k)
+            n = s->count - k;
+        int64_t end = pos + (n - 1) * s->step;
+        if (w->ngroups == maxg)
+            return cellar_fail(err, CELLAR_EINTERNAL, "bad chunk grouping of '%s'", WHAT(what));
+        size_t g = w->ngroups++;
+        w->gchunk[g] = c;
+        w->gfirst[g] = k;
+        w->gcount[g] = n;
+        w->gmin[g] = (s->step > 0 ? pos : end) - c * chunk;
+        w->gmax[g] = (s->step > 0 ? end : pos) - c * chunk;
+        k += n;
+    }
+    return 0;
+}
+
 static int walk_init(dim_walk *w, const dim_sel *s, int64_t len, int64_t chunk,
                      int64_t grid, const char *what, cellar_error *err)
 {
@@ -539,6 +567,8 @@ static int walk_init(dim_walk *w, const dim_sel *s, int64_t len, int64_t chunk,
             goto oom;
         }
     }
+    if (!s->index)
+        return walk_slice_groups(w, maxg, what, err);
     /* Groups: runs of entries in the same chunk. */
     for (int64_t k = 0; k < count;) {
         int64_t pos = dim_sel_at(s, ent_out(w, k));

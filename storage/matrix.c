@@ -925,30 +925,73 @@ int matrix_run_indptr(const matrix *m, const dim_sel *rows, int64_t *indptr, cel
     return 0;
 }
 
-/* Checks the indices of each row (in range, ascending); T is the answer's
- * index type. */
-#define DEFINE_CHECK_ROWS(fname, T)                                                       \
-    static int fname(const T *idx, const int64_t *indptr, int64_t n_rows, int64_t n_cols,  \
-                     int *ascending)                                                      \
-    {                                                                                     \
-        int asc = 1;                                                                      \
-        const T *base = idx - indptr[0];                                                  \
-        for (int64_t i = 0; i < n_rows; i++) {                                            \
-            T prev = 0;                                                                   \
-            for (int64_t k = indptr[i]; k < indptr[i + 1]; k++) {                         \
-                T v = base[k];                                                            \
-                if (v < 0 || (int64_t)v >= n_cols)                                        \
-                    return -1;                                                            \
-                asc &= v >= prev;                                                         \
-                prev = v;                                                                 \
-            }                                                                             \
-        }                                                                                 \
-        *ascending = asc;                                                                 \
-        return 0;                                                                         \
-    }
+/* Checks the indices of a run: all in [0, n_cols) and ascending within each
+ * row.  Flat passes over the whole range count out-of-range values and
+ * descents (a descent is allowed only where a row starts, which one step
+ * per row takes back).  int32 (the usual width) counts in int32 over pairs
+ * in multiples of 16 with no early exit, a loop gcc vectorizes at -O2;
+ * blocks of CHECK_BLOCK keep those counts from overflowing. */
+#define CHECK_BLOCK ((int64_t)1 << 20)
 
-DEFINE_CHECK_ROWS(check_rows32, int32_t)
-DEFINE_CHECK_ROWS(check_rows64, int64_t)
+static void pairs32(const int32_t *idx, int64_t len, int32_t nc, int64_t *descents,
+                    int64_t *bad)
+{
+    int32_t d = 0, b = 0;
+    for (int64_t k = 0; k < len; k++) {
+        d -= idx[k + 1] < idx[k] ? -1 : 0;
+        b -= (idx[k] < 0) | (idx[k] >= nc) ? -1 : 0;
+    }
+    *descents += d;
+    *bad += b;
+}
+
+static void flat_counts32(const int32_t *idx, int64_t n, int32_t nc, int64_t *descents,
+                          int64_t *bad)
+{
+    for (int64_t s = 0; s + 1 < n; s += CHECK_BLOCK) {
+        int64_t e = n - 1 < s + CHECK_BLOCK ? n - 1 : s + CHECK_BLOCK;
+        int64_t m = (e - s) & ~(int64_t)15;
+        pairs32(idx + s, m, nc, descents, bad);
+        for (int64_t k = s + m; k < e; k++) {
+            *descents += idx[k + 1] < idx[k];
+            *bad += (idx[k] < 0) | (idx[k] >= nc);
+        }
+    }
+    if (n)
+        *bad += (idx[n - 1] < 0) | (idx[n - 1] >= nc);
+}
+
+static void flat_counts64(const int64_t *idx, int64_t n, int64_t nc, int64_t *descents,
+                          int64_t *bad)
+{
+    for (int64_t k = 0; k < n; k++) {
+        *bad += (idx[k] < 0) | (idx[k] >= nc);
+        if (k)
+            *descents += idx[k] < idx[k - 1];
+    }
+}
+
+/* 0, or -1 when an index is out of range; *ascending as above. */
+static int check_run(const void *indices, dtype_kind idx_dt, const int64_t *indptr,
+                     int64_t n_rows, int64_t n_cols, int *ascending)
+{
+    int64_t n = indptr[n_rows] - indptr[0], descents = 0, bad = 0;
+    const int32_t *i32 = indices;
+    const int64_t *i64 = indices;
+    if (idx_dt == DT_INT32)
+        flat_counts32(i32, n, (int32_t)n_cols, &descents, &bad);
+    else
+        flat_counts64(i64, n, n_cols, &descents, &bad);
+    if (bad)
+        return -1;
+    for (int64_t i = 1; i < n_rows; i++) {
+        int64_t k = indptr[i] - indptr[0];
+        if (k > 0 && k < n)
+            descents -= idx_dt == DT_INT32 ? i32[k] < i32[k - 1] : i64[k] < i64[k - 1];
+    }
+    *ascending = descents == 0;
+    return 0;
+}
 
 /* Indices of another stored width: through int64 blocks, narrowed. */
 static int run_indices_widen(const matrix *m, int64_t lo, int64_t n, dtype_kind idx_dt,
@@ -997,9 +1040,7 @@ int matrix_run_entries(const matrix *m, const int64_t *indptr, int64_t n_rows,
                                   : run_indices_widen(m, lo, n, idx_dt, indices, err);
     if (rc)
         return rc;
-    rc = idx_dt == DT_INT32 ? check_rows32(indices, indptr, n_rows, m->shape[1], ascending)
-                            : check_rows64(indices, indptr, n_rows, m->shape[1], ascending);
-    if (rc)
+    if (check_run(indices, idx_dt, indptr, n_rows, m->shape[1], ascending))
         return cellar_fail(err, CELLAR_EFORMAT,
                            "indices of '%s' hold a value outside an axis of length %lld",
                            node_path(m->element), (long long)m->shape[1]);
