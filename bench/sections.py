@@ -386,8 +386,8 @@ def matrix_queries(m, store):
     return [
         ("x_gene", "one gene's column, dense float32 (`format=bin`)",
          [f"{s}/X?var_names={g}&format=bin" for g in m["gene_names"]]),
-        ("x_rows", "100 cells' rows (`layout=csr`, JSON)",
-         [f"{s}/X?rows={r}:{r + 100}&layout=csr" for r in m["row_starts"]]),
+        ("x_rows", "100 cells' rows (`layout=csr&format=bin`: indptr, indices, data)",
+         [f"{s}/X?rows={r}:{r + 100}&layout=csr&format=bin" for r in m["row_starts"]]),
         ("obsm", "obsm X_umap, all cells, 2 columns (`format=bin`)",
          [f"{s}/obsm/X_umap?format=bin"]),
     ]
@@ -640,7 +640,9 @@ def matrix_markdown(cfg, out):
                  "the same `.h5ad`: 100 rows are 3 requests (`X/indptr` slice, then the "
                  "`X/indices` and `X/data` ranges it gives), cycled in order, e.g. "
                  + ", ".join(f"`{p}`" for p in ex) + "; its req/s column counts those "
-                 "3-request groups (wrk's req/s / 3), its latencies are per request. "
+                 "3-request groups (wrk's req/s / 3), its latencies are per request; cellar "
+                 "answers the same three arrays in one binary request (`layout=csr&format=bin`: "
+                 "indptr | indices | data, see docs/responses.md). "
                  "obsm is one request `/data?file=matrix.h5ad&path=/obsm/X_umap&format=bin`. "
                  "Ratios are cellar's req/s (`.h5ad`) over h5grove's.")
     L.append("- anndata (Python, same run, one call at a time): "
