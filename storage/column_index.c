@@ -140,12 +140,45 @@ static int count_columns(const matrix *m, int64_t *colptr, cellar_error *err)
     return rc;
 }
 
+/* An unnamed file for an index that is not kept (no cache directory): its
+ * pages live in the page cache, which the kernel writes back and evicts
+ * under memory pressure, instead of anonymous memory that only swap can
+ * take.  $TMPDIR, then /var/tmp (on disk by convention), then /tmp; -1 when
+ * none takes an O_TMPFILE. */
+static int unnamed_file(void)
+{
+    const char *dirs[3] = {getenv("TMPDIR"), "/var/tmp", "/tmp"};
+    for (int i = 0; i < 3; i++) {
+        if (!dirs[i] || !*dirs[i])
+            continue;
+        int fd = open(dirs[i], O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (fd >= 0)
+            return fd;
+    }
+    return -1;
+}
+
+static int map_file(int fd, size_t total, void **map)
+{
+    if (ftruncate(fd, (off_t)total) != 0)
+        return -1;
+    *map = mmap(NULL, total ? total : 1, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    return *map == MAP_FAILED ? -1 : 0;
+}
+
 static int map_output(const char *path, size_t total, char **tmp_path, int *fd_out, void **map,
                       cellar_error *err)
 {
     *fd_out = -1;
     *tmp_path = NULL;
     if (!path) {
+        int fd = unnamed_file();
+        if (fd >= 0 && map_file(fd, total, map) == 0) {
+            *fd_out = fd;
+            return 0;
+        }
+        if (fd >= 0)
+            close(fd);
         *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (*map == MAP_FAILED)
             return cellar_fail(err, CELLAR_ENOMEM, "cannot map %zu bytes for a column index",
@@ -165,8 +198,7 @@ static int map_output(const char *path, size_t total, char **tmp_path, int *fd_o
         return cellar_fail(err, CELLAR_EIO, "cannot create a column index file: %s",
                            strerror(errno));
     }
-    if (ftruncate(fd, (off_t)total) != 0 ||
-        (*map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+    if (map_file(fd, total, map) != 0) {
         int e = errno;
         close(fd);
         unlink(tmp);
@@ -176,6 +208,22 @@ static int map_output(const char *path, size_t total, char **tmp_path, int *fd_o
     *fd_out = fd;
     *tmp_path = tmp;
     return 0;
+}
+
+/* A finished index in a file is mapped again read-only: the pages the
+ * build wrote stay in the page cache (written back in time), and the
+ * process maps only what queries then touch, so its resident memory is the
+ * columns in use, not the whole index.  On failure the build's mapping
+ * stays (it is as valid, only writable). */
+static void remap_readonly(column_index *ci, int fd, const cix_layout *l)
+{
+    void *ro = mmap(NULL, ci->map_bytes ? ci->map_bytes : 1, PROT_READ, MAP_SHARED, fd, 0);
+    if (ro == MAP_FAILED)
+        return;
+    munmap(ci->map, ci->map_bytes ? ci->map_bytes : 1);
+    ci->map = ro;
+    ci->file_backed = 1;
+    set_views(ci, l);
 }
 
 static void write_header(char *base, const matrix *m, const cix_layout *l)
@@ -248,6 +296,8 @@ int column_index_build(const matrix *m, const char *path, column_index **out,
         free(tmp);
         tmp = NULL;
     }
+    if (fd >= 0)
+        remap_readonly(ci, fd, &l);
 done:
     free(cursor);
     if (fd >= 0)
@@ -307,6 +357,7 @@ int column_index_load(const char *path, const matrix *m, column_index **out,
     }
     ci->map = map;
     ci->map_bytes = l.total;
+    ci->file_backed = 1;
     ci->n_rows = m->shape[0];
     ci->n_cols = m->shape[1];
     ci->nnz = m->nnz;

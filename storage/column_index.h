@@ -3,9 +3,12 @@
  * range instead of a scan of the whole matrix.
  *
  * The index lives in one file-backed mapping: built into a temporary file
- * and renamed into place (or into anonymous memory when there is no cache
- * directory), and loaded back by mapping the file after checking its header
- * against the matrix.  File layout (all little-endian, host order):
+ * and renamed into place, and loaded back by mapping the file after
+ * checking its header against the matrix.  Without a cache directory it is
+ * built into an unnamed temporary file (O_TMPFILE in $TMPDIR, /var/tmp or
+ * /tmp; anonymous memory only when none can be made).  A finished index is
+ * mapped read-only, so its pages belong to the page cache (reclaimable)
+ * and the process's resident memory holds only the columns queries touch.  File layout (all little-endian, host order):
  *
  *   0   char[8]  magic "CELLCIX1"
  *   8   uint32   format version (1)
@@ -47,6 +50,7 @@ typedef struct column_index {
     /* the mapping */
     void *map;
     size_t map_bytes;
+    int file_backed;         /* read-only mapping of a file (page cache), not anonymous */
 } column_index;
 
 /* Builds the index of CSR matrix m (whole passes over indices and data in

@@ -984,10 +984,12 @@ static int check_run(const void *indices, dtype_kind idx_dt, const int64_t *indp
         flat_counts64(i64, n, n_cols, &descents, &bad);
     if (bad)
         return -1;
-    for (int64_t i = 1; i < n_rows; i++) {
+    /* Empty rows share their start with the next row: each start once. */
+    for (int64_t i = 1, last = 0; i < n_rows; i++) {
         int64_t k = indptr[i] - indptr[0];
-        if (k > 0 && k < n)
+        if (k > last && k < n)
             descents -= idx_dt == DT_INT32 ? i32[k] < i32[k - 1] : i64[k] < i64[k - 1];
+        last = k;
     }
     *ascending = descents == 0;
     return 0;

@@ -160,6 +160,9 @@ void test_matrix_sparse_reads(void)
     if (ci) {
         CHECK_EQ(ci->nnz, mr.nnz);
         CHECK(ci->rows32 != NULL);
+        /* Without a cache directory: an unnamed file in the page cache,
+         * mapped read-only once built. */
+        CHECK_EQ(ci->file_backed, 1);
         check_selections(&mr, ref_csr, ci);
         /* Column 2 is empty; column 3 holds the rows with values. */
         CHECK_EQ(ci->colptr[3] - ci->colptr[2], 0);
@@ -184,6 +187,38 @@ void test_matrix_sparse_reads(void)
     uint64_t nnz = 0;
     CHECK_EQ(matrix_count_nnz(&mr, &rows, &cols, NULL, &nnz, &err), 0);
     CHECK_EQ(nnz, want);
+
+    /* Whole rows straight into caller memory: indptr as stored, entries in
+     * both index widths, equal to the reference. */
+    CHECK(matrix_csr_is_run(&mr, &rows, &cols));
+    CHECK(!matrix_csr_is_run(&mc, &rows, &cols));
+    dim_sel some = dim_sel_range(3, 2);
+    CHECK(!matrix_csr_is_run(&mr, &rows, &some));
+    dim_sel run = dim_sel_range(5, 10);
+    int64_t ip[11];
+    CHECK_EQ(matrix_run_indptr(&mr, &run, ip, &err), 0);
+    int64_t n = ip[10] - ip[0];
+    int32_t idx32[480];
+    int64_t idx64[480];
+    float vals[480];
+    int asc = 0;
+    CHECK(n > 0 && n <= 120);
+    for (int w = 0; w < 2 && n > 0 && n <= 120; w++) {
+        before = mem_values_read(mr.data);
+        CHECK_EQ(matrix_run_entries(&mr, ip, 10, w ? DT_INT64 : DT_INT32,
+                                    w ? (void *)idx64 : (void *)idx32, vals, &asc, &err), 0);
+        CHECK_EQ(asc, 1);
+        CHECK_EQ(mem_values_read(mr.data) - before, (uint64_t)n);
+        int64_t k = 0;
+        for (int64_t r = 5; r < 15; r++)
+            for (int64_t c = 0; c < 12; c++)
+                if (ref_csr[r * 12 + c] != 0) {
+                    CHECK_EQ(w ? idx64[k] : idx32[k], c);
+                    CHECK(vals[k] == ref_csr[r * 12 + c]);
+                    k++;
+                }
+        CHECK_EQ(k, n);
+    }
 
     column_index_free(ci);
     free(ref_csr);
