@@ -417,6 +417,19 @@ int h5d_plan_is_direct(const h5d_plan *p)
     return p->l.contiguous || p->has_table;
 }
 
+int h5d_plan_contiguous_extent(const h5d_plan *p, uint64_t *offset, uint64_t *length)
+{
+    const h5d_layout *l = &p->l;
+    if (!l->contiguous || l->swap)
+        return 1;
+    uint64_t n = l->elem_size;
+    for (int d = 0; d < l->ndim; d++)
+        n *= (uint64_t)l->shape[d]; /* checked against the file size by h5d_plan_new */
+    *offset = l->addr;
+    *length = n;
+    return 0;
+}
+
 static const h5d_entry *table_find(const h5d_plan *p, uint64_t gidx)
 {
     size_t lo = 0, hi = p->nentries;

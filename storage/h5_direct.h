@@ -90,6 +90,12 @@ int h5d_plan_finish_table(h5d_plan *p, cellar_error *err);
  * table), 0 when it needs the fetch callback. */
 int h5d_plan_is_direct(const h5d_plan *p);
 
+/* When the plan is a contiguous dataset whose stored bytes are exactly what
+ * h5d_read returns for the whole of it (native byte order): its absolute
+ * file offset and byte length, and 0; else 1.  For answering a whole
+ * dataset from the file itself (sendfile), without reading it. */
+int h5d_plan_contiguous_extent(const h5d_plan *p, uint64_t *offset, uint64_t *length);
+
 /* Reads a selection (one dim_sel per dimension, counts > 0, positions in
  * range) into out in C order over the selected positions, native byte
  * order, exactly as node_read promises.  fd is the file (pread only, never

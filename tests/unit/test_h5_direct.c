@@ -839,6 +839,8 @@ void test_h5_direct_lzf_runs(void)
     CHECK_EQ(h5d_plan_new(&l, &p, &err), 0);
     if (!p)
         return;
+    uint64_t off, len;
+    CHECK_EQ(h5d_plan_contiguous_extent(p, &off, &len), 1); /* chunked */
     int64_t s0[2] = {0, 0}, s1[2] = {5, 0}, s2[2] = {10, 0};
     CHECK_EQ(h5d_plan_add_chunk(p, s0, 0, n0, 0, &err), 0);
     CHECK_EQ(h5d_plan_add_chunk(p, s1, n0, HL_CHUNK, 1, &err), 0);
@@ -879,6 +881,10 @@ void test_h5_direct_lzf_runs(void)
     p = NULL;
     CHECK_EQ(h5d_plan_new(&l, &p, &err), 0);
     if (p) {
+        off = len = 0;
+        CHECK_EQ(h5d_plan_contiguous_extent(p, &off, &len), 0);
+        CHECK_EQ(off, n0);
+        CHECK_EQ(len, HL_CHUNK);
         CHECK_EQ(hl_read(p, fd, sl(0, 1, 5), sl(0, 1, HL_C), out), 0);
         CHECK(memcmp(out, &vals[5 * HL_C], HL_CHUNK) == 0);
         CHECK_EQ(hl_read(p, fd, sl(2, 1, 2), sl(0, 1, HL_C), out), 0);
