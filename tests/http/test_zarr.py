@@ -454,6 +454,43 @@ def test_raw_symlink_inside_the_store_is_served(zserver, zroot):
     assert r.status_code == 200 and r.content == (zroot / Z.SCRATCH / "zarr.json").read_bytes()
 
 
+def test_raw_repeated_key_follows_rewrites_and_swaps(zserver, zdirs):
+    """A key answered before (its identity and validators remembered, its
+    bytes possibly kept once the file has settled) still follows the disk:
+    rewritten in place it answers the new bytes and ETag; swapped for a
+    symlink out of the store it is 404 and leaks nothing."""
+    zroot, outside = zdirs
+    path = zroot / Z.SCRATCH / "settled.bin"
+    path.write_bytes(b"first version of the key\n" * 8)
+    url = raw(Z.SCRATCH, "settled.bin")
+    time.sleep(2.5)                   # settled: old enough to be kept in memory
+    answers = [zserver.get(url) for _ in range(3)]
+    assert all(r.status_code == 200 and r.content == path.read_bytes() for r in answers)
+    assert len({r.headers["ETag"] for r in answers}) == 1
+    part = zserver.get(url, _headers={"Range": "bytes=6-12"})
+    assert part.status_code == 206 and part.content == path.read_bytes()[6:13]
+    assert part.headers["Content-Range"] == f"bytes 6-12/{path.stat().st_size}"
+    h = zserver.head(url)
+    assert h.status_code == 200 and int(h.headers["Content-Length"]) == path.stat().st_size
+    nm = zserver.get(url, _headers={"If-None-Match": answers[0].headers["ETag"]})
+    assert nm.status_code == 304 and nm.content == b""
+
+    with open(path, "r+b") as f:      # same size, same inode, in place
+        f.write(b"SECOND")
+    r = zserver.get(url)
+    assert r.status_code == 200 and r.content == path.read_bytes()
+    assert r.content.startswith(b"SECOND") and r.headers["ETag"] != answers[0].headers["ETag"]
+
+    secret = outside / "swapped_secret.bin"
+    secret.write_bytes(Z.SECRET_BYTES)
+    path.unlink()
+    os.symlink(secret, path)
+    for _ in range(2):
+        r = zserver.get(url)
+        assert_problem(r, 404)
+        assert Z.SECRET_BYTES not in r.content
+
+
 def test_raw_methods(zserver):
     r = zserver.post(raw(Z.V2, ".zgroup"), {})
     assert_problem(r, 405)
