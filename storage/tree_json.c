@@ -23,7 +23,10 @@ static int fail_nomem(cellar_error *err)
  * Python's json.dumps writes NaN, Infinity and -Infinity, which yajl (and
  * JSON) reject.  The filter tracks strings, hands yajl the input unchanged
  * except that those three bare tokens become null, and bounds the length of
- * every token so that yajl never buffers more than that. */
+ * every token so that yajl never buffers more than that.  Runs of input go
+ * to yajl in one call each; only a token that must be replaced, or one
+ * that is cut by the end of a piece, splits a run (a call per number cost
+ * a third of the parse). */
 
 enum { F_OUT, F_STR, F_ESC, F_BARE };
 
@@ -33,6 +36,7 @@ typedef struct jfilter {
     size_t str_len;
     char tok[TREE_JSON_MAX_BARE + 1];
     size_t tok_len;
+    int tok_held;            /* the token's first bytes are in tok (an earlier piece) */
     unsigned long long pos;  /* input bytes before the current piece */
     int rc;                  /* first failure, sticky */
     int *cb_rc;              /* where the callbacks record their failure */
@@ -68,65 +72,103 @@ static int jf_yajl(jfilter *f, const char *p, size_t n, unsigned long long at)
     return f->rc;
 }
 
+static int is_nonfinite(const char *s, size_t n)
+{
+    return (n == 3 && memcmp(s, "NaN", 3) == 0) || (n == 8 && memcmp(s, "Infinity", 8) == 0) ||
+           (n == 9 && memcmp(s, "-Infinity", 9) == 0);
+}
+
+/* The held token, whole now, to yajl (as null when it is NaN or +-Infinity). */
 static int jf_emit_tok(jfilter *f, unsigned long long at)
 {
-    static const char *const nonfinite[] = {"NaN", "Infinity", "-Infinity"};
-    for (size_t i = 0; i < sizeof nonfinite / sizeof nonfinite[0]; i++)
-        if (f->tok_len == strlen(nonfinite[i]) && memcmp(f->tok, nonfinite[i], f->tok_len) == 0)
-            return jf_yajl(f, "null", 4, at);
+    f->tok_held = 0;
+    if (is_nonfinite(f->tok, f->tok_len))
+        return jf_yajl(f, "null", 4, at);
     return jf_yajl(f, f->tok, f->tok_len, at);
+}
+
+/* Skips string bytes from p[i]; returns the index of the closing quote or
+ * backslash, or n. */
+static size_t jf_string_run(jfilter *f, const char *p, size_t i, size_t n)
+{
+    size_t j = i;
+    while (j < n && p[j] != '"' && p[j] != '\\')
+        j++;
+    if (j - i > TREE_JSON_MAX_STRING - f->str_len) {
+        f->rc = cellar_fail(f->err, CELLAR_EFORMAT,
+                            "tree JSON has a string longer than %u bytes near byte %llu",
+                            TREE_JSON_MAX_STRING,
+                            f->pos + i + (TREE_JSON_MAX_STRING - f->str_len));
+        return n;
+    }
+    f->str_len += j - i;
+    return j;
 }
 
 static int jf_feed(jfilter *f, const char *p, size_t n)
 {
-    size_t run = 0;
+    size_t run = 0; /* p[run ..] not given to yajl yet */
+    size_t ts = 0;  /* where the current bare token starts in p (when not held) */
     for (size_t i = 0; i < n && f->rc == 0; i++) {
         unsigned char c = (unsigned char)p[i];
-        if (f->state == F_STR) {
-            if (c == '\\')
-                f->state = F_ESC;
-            else if (c == '"')
-                f->state = F_OUT;
-            else if (++f->str_len > TREE_JSON_MAX_STRING)
-                f->rc = cellar_fail(f->err, CELLAR_EFORMAT,
-                                    "tree JSON has a string longer than %u bytes near byte %llu",
-                                    TREE_JSON_MAX_STRING, f->pos + i);
+        switch (f->state) {
+        case F_STR:
+            i = jf_string_run(f, p, i, n);
+            if (i < n && f->rc == 0)
+                f->state = p[i] == '"' ? F_OUT : F_ESC;
             continue;
-        }
-        if (f->state == F_ESC) {
+        case F_ESC:
             f->state = F_STR;
             f->str_len++;
             continue;
-        }
-        if (f->state == F_BARE) {
+        case F_BARE:
             if (is_bare(c)) {
                 if (f->tok_len == TREE_JSON_MAX_BARE)
                     f->rc = cellar_fail(f->err, CELLAR_EFORMAT,
                                         "invalid tree JSON near byte %llu: a bare token longer "
                                         "than %d bytes",
                                         f->pos + i, TREE_JSON_MAX_BARE);
-                else
+                else if (f->tok_held)
                     f->tok[f->tok_len++] = (char)c;
+                else
+                    f->tok_len++;
                 continue;
             }
-            if (jf_emit_tok(f, f->pos + i) < 0)
-                break;
             f->state = F_OUT;
-            run = i;
+            if (f->tok_held) {
+                if (jf_emit_tok(f, f->pos + i) < 0)
+                    return f->rc;
+                run = i;
+            } else if (is_nonfinite(p + ts, f->tok_len)) {
+                if (jf_yajl(f, p + run, ts - run, f->pos + run) < 0 ||
+                    jf_yajl(f, "null", 4, f->pos + ts) < 0)
+                    return f->rc;
+                run = i;
+            }
+            break;
+        default:
+            break;
         }
         if (c == '"') {
             f->state = F_STR;
             f->str_len = 0;
         } else if (is_bare(c)) {
-            if (jf_yajl(f, p + run, i - run, f->pos + run) < 0)
-                break;
             f->state = F_BARE;
-            f->tok_len = 0;
-            f->tok[f->tok_len++] = (char)c;
+            f->tok_held = 0;
+            f->tok_len = 1;
+            ts = i;
         }
     }
-    if (f->rc == 0 && f->state != F_BARE)
-        jf_yajl(f, p + run, n - run, f->pos + run);
+    if (f->rc == 0) {
+        if (f->state == F_BARE && !f->tok_held) {
+            /* The token may go on in the next piece: held back whole. */
+            jf_yajl(f, p + run, ts - run, f->pos + run);
+            memcpy(f->tok, p + ts, n - ts);
+            f->tok_held = 1;
+        } else if (f->state != F_BARE) {
+            jf_yajl(f, p + run, n - run, f->pos + run);
+        }
+    }
     f->pos += n;
     return f->rc;
 }
@@ -135,7 +177,8 @@ static int jf_finish(jfilter *f)
 {
     if (f->rc == 0 && f->state == F_BARE) {
         f->state = F_OUT;
-        jf_emit_tok(f, f->pos);
+        if (f->tok_held)
+            jf_emit_tok(f, f->pos);
     }
     if (f->rc < 0)
         return f->rc;
@@ -348,19 +391,35 @@ static int cap_parse_text(capture *c, const char *text, size_t len)
 
 /* ---- the builder ----------------------------------------------------------- */
 
+typedef struct node_head {
+    int32_t v;             /* node number (interning order) */
+    int32_t decl;          /* declaration number, -1 until declared */
+    const char *attrs;     /* attribute text (in the arena, or static) */
+} node_head;
+
+typedef struct dedup_slot {
+    const char *text;
+    uint32_t hash;
+    uint32_t len;
+} dedup_slot;
+
 struct tree_builder {
     arena *a;              /* the future index's arena */
     char *what;
     char *pool;            /* string pool chunk in `a` */
     size_t pool_left;
-    int32_t n, ncap, n_decl;
-    const char **id;
-    const char **attrs;
-    int32_t *decl;         /* declaration number, -1 until declared */
-    uint64_t *slot;        /* hash << 32 | node number; UINT64_MAX empty */
+    int32_t n, n_decl;
+    /* The nodes in interning order, one node_head each followed by the id
+     * (NUL-terminated, padded to 8 bytes): what a lookup and a declaration
+     * touch lies together, so that interning a known id costs two cache
+     * misses (its slot, its head), not four (slot, id pointer, id, decl). */
+    char *heads;
+    size_t heads_len, heads_cap;
+    size_t id_bytes;       /* sum of the ids' lengths + 1 */
+    uint64_t *slot;        /* hash << 32 | head offset / 8; UINT64_MAX empty */
     size_t slot_cap;
     /* recent attribute texts by hash, so that repeated ones are kept once */
-    const char **dedup;
+    dedup_slot *dedup;
     int32_t ne, ecap;
     int32_t *src, *dst;
     const char **eattrs;
@@ -391,9 +450,7 @@ void tree_builder_free(tree_builder *b)
         return;
     arena_free(b->a);
     free(b->what);
-    free(b->id);
-    free(b->attrs);
-    free(b->decl);
+    free(b->heads);
     free(b->dedup);
     free(b->slot);
     free(b->src);
@@ -438,12 +495,14 @@ static const char *attrs_dup(tree_builder *b, const char *s, size_t n)
         return empty_attrs;
     if (!b->dedup && !(b->dedup = calloc(DEDUP_SLOTS, sizeof *b->dedup)))
         return NULL;
-    const char **slot = &b->dedup[tree_index_hash_id(s, n) & (DEDUP_SLOTS - 1)];
-    if (*slot && memcmp(*slot, s, n) == 0 && (*slot)[n] == '\0')
-        return *slot;
+    uint32_t h = tree_index_hash_id(s, n);
+    dedup_slot *slot = &b->dedup[h & (DEDUP_SLOTS - 1)];
+    /* hash and length first: a text that differs is not read */
+    if (slot->text && slot->hash == h && slot->len == n && memcmp(slot->text, s, n) == 0)
+        return slot->text;
     const char *p = pool_dup(b, s, n);
-    if (p)
-        *slot = p;
+    if (p && n <= UINT32_MAX)
+        *slot = (dedup_slot){p, h, (uint32_t)n};
     return p;
 }
 
@@ -459,23 +518,49 @@ static const char *short_id(char *buf, size_t size, const char *s, size_t n)
     return buf;
 }
 
-static int grow_nodes(tree_builder *b)
+static node_head *head_at(const tree_builder *b, uint64_t unit)
 {
-    if (b->n == INT32_MAX - 1)
+    return (node_head *)(void *)(b->heads + unit * 8);
+}
+
+static const char *head_id(const node_head *h)
+{
+    return (const char *)(h + 1);
+}
+
+static size_t head_size(size_t id_len)
+{
+    return sizeof(node_head) + ((id_len + 1 + 7) & ~(size_t)7);
+}
+
+/* Appends a head for a new node; its offset / 8, or -1 when out of memory
+ * (or past what a slot can address). */
+static int64_t add_head(tree_builder *b, const char *id, size_t len)
+{
+    size_t need = head_size(len);
+    if (b->n == INT32_MAX - 1 || b->heads_len + need < need ||
+        (b->heads_len + need) / 8 > UINT32_MAX)
         return -1;
-    int32_t cap = b->ncap ? (b->ncap > INT32_MAX / 2 ? INT32_MAX - 1 : b->ncap * 2) : 64;
-    const char **id = realloc(b->id, (size_t)cap * sizeof *id);
-    if (id)
-        b->id = id;
-    const char **attrs = id ? realloc(b->attrs, (size_t)cap * sizeof *attrs) : NULL;
-    if (attrs)
-        b->attrs = attrs;
-    int32_t *decl = attrs ? realloc(b->decl, (size_t)cap * sizeof *decl) : NULL;
-    if (!decl)
-        return -1;
-    b->decl = decl;
-    b->ncap = cap;
-    return 0;
+    if (b->heads_len + need > b->heads_cap) {
+        size_t cap = b->heads_cap ? b->heads_cap : 4096;
+        while (cap < b->heads_len + need)
+            cap *= 2;
+        char *p = realloc(b->heads, cap);
+        if (!p)
+            return -1;
+        b->heads = p;
+        b->heads_cap = cap;
+    }
+    uint64_t unit = b->heads_len / 8;
+    node_head *h = head_at(b, unit);
+    *h = (node_head){.v = b->n, .decl = -1, .attrs = empty_attrs};
+    char *text = (char *)(h + 1);
+    memcpy(text, id, len);
+    memset(text + len, 0, need - sizeof *h - len);
+    b->heads_len += need;
+    b->id_bytes += len + 1;
+    b->n++;
+    return (int64_t)unit;
 }
 
 static int rehash(tree_builder *b)
@@ -500,58 +585,51 @@ static int rehash(tree_builder *b)
     return 0;
 }
 
-/* The node number of id, created undeclared when new; -1 on failure. */
-static int32_t intern(tree_builder *b, const char *id, size_t len, cellar_error *err)
+/* The head of id, created undeclared when new; NULL on failure. */
+static node_head *intern(tree_builder *b, const char *id, size_t len, cellar_error *err)
 {
     char sid[ERR_ID_MAX];
     if (memchr(id, '\0', len)) {
         cellar_fail(err, CELLAR_EFORMAT, "%s: node id '%s' contains a NUL character", b->what,
                     short_id(sid, sizeof sid, id, strlen(id)));
-        return -1;
+        return NULL;
     }
     if ((size_t)b->n * 2 >= b->slot_cap && rehash(b) < 0) {
         fail_nomem(err);
-        return -1;
+        return NULL;
     }
     uint32_t h = tree_index_hash_id(id, len);
     size_t i = h & (b->slot_cap - 1);
     for (; b->slot[i] != UINT64_MAX; i = (i + 1) & (b->slot_cap - 1)) {
         if ((uint32_t)(b->slot[i] >> 32) != h)
             continue;
-        int32_t v = (int32_t)(uint32_t)b->slot[i];
-        if (strncmp(b->id[v], id, len) == 0 && b->id[v][len] == '\0')
-            return v;
+        node_head *nh = head_at(b, (uint32_t)b->slot[i]);
+        const char *known = head_id(nh);
+        if (memcmp(known, id, len) == 0 && known[len] == '\0')
+            return nh;
     }
-    if (b->n == b->ncap && grow_nodes(b) < 0) {
+    int64_t unit = add_head(b, id, len);
+    if (unit < 0) {
         cellar_fail(err, CELLAR_ENOMEM, "%s: out of memory at %d nodes", b->what, (int)b->n);
-        return -1;
+        return NULL;
     }
-    int32_t v = b->n;
-    b->id[v] = pool_dup(b, id, len);
-    if (!b->id[v]) {
-        fail_nomem(err);
-        return -1;
-    }
-    b->attrs[v] = empty_attrs;
-    b->decl[v] = -1;
-    b->slot[i] = (uint64_t)h << 32 | (uint32_t)v;
-    b->n++;
-    return v;
+    b->slot[i] = (uint64_t)h << 32 | (uint64_t)unit;
+    return head_at(b, (uint64_t)unit);
 }
 
 static int add_node_raw(tree_builder *b, const char *id, size_t len, const char *attrs,
                         size_t attrs_len, cellar_error *err)
 {
     char sid[ERR_ID_MAX];
-    int32_t v = intern(b, id, len, err);
-    if (v < 0)
+    node_head *h = intern(b, id, len, err);
+    if (!h)
         return err && err->code ? err->code : CELLAR_EFORMAT;
-    if (b->decl[v] >= 0)
+    if (h->decl >= 0)
         return cellar_fail(err, CELLAR_EFORMAT, "%s: node '%s' is listed twice", b->what,
                            short_id(sid, sizeof sid, id, len));
-    if (attrs && !(b->attrs[v] = attrs_dup(b, attrs, attrs_len)))
+    if (attrs && !(h->attrs = attrs_dup(b, attrs, attrs_len)))
         return fail_nomem(err);
-    b->decl[v] = b->n_decl++;
+    h->decl = b->n_decl++;
     return 0;
 }
 
@@ -583,10 +661,17 @@ static int add_edge_raw(tree_builder *b, const char *s, size_t slen, const char 
                         const char *attrs, size_t attrs_len, double length, int32_t *src_node,
                         cellar_error *err)
 {
-    int32_t u = src_node && *src_node >= 0 ? *src_node : intern(b, s, slen, err);
+    int32_t u = -1, v = -1;
+    if (src_node && *src_node >= 0) {
+        u = *src_node;
+    } else {
+        node_head *h = intern(b, s, slen, err);
+        u = h ? h->v : -1;
+    }
     if (src_node)
         *src_node = u;
-    int32_t v = u < 0 ? -1 : intern(b, d, dlen, err);
+    node_head *dh = u < 0 ? NULL : intern(b, d, dlen, err);
+    v = dh ? dh->v : -1;
     if (v < 0)
         return err && err->code ? err->code : CELLAR_EFORMAT;
     if (b->ne == b->ecap && grow_edges(b) < 0)
@@ -888,7 +973,12 @@ int tree_builder_add_edges(tree_builder *b, int64_t n, const char *const *src,
     return 0;
 }
 
-/* The slot table with declaration numbers instead of node numbers, as
+static node_head *head_next(const node_head *h)
+{
+    return (node_head *)(void *)((char *)h + head_size(strlen(head_id(h))));
+}
+
+/* The slot table with declaration numbers instead of head offsets, as
  * 32-bit entries in the same memory (shrunk to them). */
 static uint32_t *slots_renumbered(tree_builder *b)
 {
@@ -898,7 +988,7 @@ static uint32_t *slots_renumbered(tree_builder *b)
         memcpy(&e, mem + i * sizeof e, sizeof e);
         /* entry i of the 32-bit table lies at or below entry i of the 64-bit
          * one, which was read already */
-        uint32_t v = e == UINT64_MAX ? UINT32_MAX : (uint32_t)b->decl[(uint32_t)e];
+        uint32_t v = e == UINT64_MAX ? UINT32_MAX : (uint32_t)head_at(b, (uint32_t)e)->decl;
         memcpy(mem + i * sizeof v, &v, sizeof v);
     }
     uint32_t *slot = realloc(mem, b->slot_cap * sizeof *slot);
@@ -906,47 +996,58 @@ static uint32_t *slots_renumbered(tree_builder *b)
     return slot ? slot : (uint32_t *)mem;
 }
 
-/* Puts id[] and attrs[] into declaration order in place (decl is used up). */
-static void permute_nodes(tree_builder *b)
+/* ids[] (copied into the arena, one block) and attrs[] in declaration
+ * order, edges renumbered to it; the heads are freed. */
+static int take_nodes(tree_builder *b, tree_parts *p)
 {
-    for (int32_t v = 0; v < b->n; v++) {
-        while (b->decl[v] != v) {
-            int32_t j = b->decl[v];
-            const char *tid = b->id[j], *tat = b->attrs[j];
-            b->id[j] = b->id[v];
-            b->attrs[j] = b->attrs[v];
-            b->id[v] = tid;
-            b->attrs[v] = tat;
-            b->decl[v] = b->decl[j];
-            b->decl[j] = j;
-        }
+    size_t n = (size_t)b->n;
+    int32_t *decl = malloc((n ? n : 1) * sizeof *decl);
+    p->ids = malloc((n ? n : 1) * sizeof *p->ids);
+    p->attrs = malloc((n ? n : 1) * sizeof *p->attrs);
+    char *text = arena_alloc(b->a, b->id_bytes ? b->id_bytes : 1);
+    if (!decl || !p->ids || !p->attrs || !text) {
+        free(decl);
+        return -1;
     }
+    node_head *h = (node_head *)(void *)b->heads;
+    for (size_t v = 0; v < n; v++, h = head_next(h)) {
+        const char *id = head_id(h);
+        size_t len = strlen(id) + 1;
+        memcpy(text, id, len);
+        decl[v] = h->decl;
+        p->ids[h->decl] = text;
+        p->attrs[h->decl] = h->attrs;
+        text += len;
+    }
+    for (int32_t e = 0; e < b->ne; e++) {
+        b->src[e] = decl[b->src[e]];
+        b->dst[e] = decl[b->dst[e]];
+    }
+    free(decl);
+    if (b->slot) {
+        p->slot_cap = b->slot_cap;
+        p->slot = slots_renumbered(b);
+    }
+    free(b->heads);
+    b->heads = NULL;
+    return 0;
 }
 
 /* Renumbers nodes in declaration order and hands everything to the index. */
 static int builder_build(tree_builder *b, tree_index **out, cellar_error *err)
 {
-    for (int32_t e = 0; e < b->ne; e++) {
-        b->src[e] = b->decl[b->src[e]];
-        b->dst[e] = b->decl[b->dst[e]];
-    }
     tree_parts p = {.n_nodes = b->n, .n_edges = b->ne};
-    if (b->slot) {
-        p.slot_cap = b->slot_cap;
-        p.slot = slots_renumbered(b);
-    }
-    permute_nodes(b);
-    free(b->decl);
     free(b->dedup);
-    b->decl = NULL;
     b->dedup = NULL;
-    p.ids = b->id;
-    p.attrs = b->attrs;
+    if (take_nodes(b, &p) < 0) {
+        tree_parts_free(&p);
+        return fail_nomem(err);
+    }
     p.src = b->src;
     p.dst = b->dst;
     p.eattrs = b->eattrs;
     p.elen = b->elen;
-    b->id = b->attrs = b->eattrs = NULL;
+    b->eattrs = NULL;
     b->src = b->dst = NULL;
     b->elen = NULL;
     arena *a = b->a;
@@ -963,12 +1064,14 @@ int tree_builder_finish(tree_builder *b, tree_index **out, cellar_error *err)
     *out = NULL;
     if (!b)
         return fail_nomem(err);
-    for (int32_t v = 0; v < b->n; v++) {
-        if (b->decl[v] < 0) {
+    node_head *h = (node_head *)(void *)b->heads;
+    for (int32_t v = 0; v < b->n; v++, h = head_next(h)) {
+        if (h->decl < 0) {
             char sid[ERR_ID_MAX];
+            const char *id = head_id(h);
             rc = cellar_fail(err, CELLAR_EFORMAT,
                              "%s: node '%s' appears in an edge but is not listed in nodes",
-                             b->what, short_id(sid, sizeof sid, b->id[v], strlen(b->id[v])));
+                             b->what, short_id(sid, sizeof sid, id, strlen(id)));
             goto done;
         }
     }
