@@ -80,7 +80,8 @@ static void put32(unsigned char *p, uint32_t v)
 
 /* The fields local and central headers share (version needed .. extra
  * length), 26 bytes. */
-static void zip_common(unsigned char *p, uint32_t crc, uint32_t size, size_t name_len)
+static void zip_common(unsigned char *p, uint32_t crc, uint32_t size, size_t name_len,
+                       size_t extra)
 {
     put16(p, ZIP_VERSION);
     put16(p + 2, 0);     /* flags */
@@ -91,7 +92,7 @@ static void zip_common(unsigned char *p, uint32_t crc, uint32_t size, size_t nam
     put32(p + 14, size); /* compressed */
     put32(p + 18, size);
     put16(p + 22, (unsigned)name_len);
-    put16(p + 24, 0);    /* extra */
+    put16(p + 24, (unsigned)extra);
 }
 
 void npz_init(npz_writer *z, buf *b)
@@ -110,11 +111,26 @@ int npz_add(npz_writer *z, const char *name, const char *descr, const int64_t *s
     size_t i = z->n;
     snprintf(z->e[i].name, sizeof z->e[i].name, "%s.npy", name);
     size_t nl = strlen(z->e[i].name);
-    unsigned char head[30];
+    /* The .npy header is a multiple of 64 bytes: starting it at a multiple
+     * of 64 (from the archive's start) aligns the data for typed access,
+     * with an extra field of padding in the local header (id 0xd935, as
+     * Android's zipalign writes; readers skip unknown ones). */
+    size_t at = b->len - z->start + 30 + nl;
+    size_t extra = (NPY_ALIGN - at % NPY_ALIGN) % NPY_ALIGN;
+    if (extra && extra < 4)
+        extra += NPY_ALIGN;
+    unsigned char head[30 + 4 + NPY_ALIGN];
     memset(head, 0, sizeof head); /* crc and sizes are written by npz_finish */
     z->e[i].local = b->len;
-    if (buf_append(b, head, sizeof head) || buf_append(b, z->e[i].name, nl))
+    z->e[i].extra = extra;
+    if (buf_append(b, head, 30) || buf_append(b, z->e[i].name, nl))
         return -1;
+    if (extra) {
+        put16(head, 0xd935);
+        put16(head + 2, (unsigned)(extra - 4));
+        if (buf_append(b, head, extra))
+            return -1;
+    }
     z->e[i].first = b->len;
     if (npy_header_descr(b, descr, shape, ndim) || !buf_reserve(b, data_bytes ? data_bytes : 1))
         return -1;
@@ -136,12 +152,12 @@ int npz_finish(npz_writer *z)
         uint32_t crc = (uint32_t)crc32_z(0, (const unsigned char *)b->data + z->e[i].first, size);
         unsigned char *local = (unsigned char *)b->data + z->e[i].local;
         put32(local, ZIP_LOCAL_SIG);
-        zip_common(local + 4, crc, (uint32_t)size, nl);
+        zip_common(local + 4, crc, (uint32_t)size, nl, z->e[i].extra);
         unsigned char c[46];
         memset(c, 0, sizeof c);
         put32(c, ZIP_CENTRAL_SIG);
         put16(c + 4, ZIP_VERSION); /* made by */
-        zip_common(c + 6, crc, (uint32_t)size, nl);
+        zip_common(c + 6, crc, (uint32_t)size, nl, 0);
         /* comment length, disk, attributes: 0 */
         put32(c + 42, (uint32_t)(z->e[i].local - z->start));
         if (buf_append(b, c, sizeof c) || buf_append(b, z->e[i].name, nl))

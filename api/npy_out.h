@@ -26,7 +26,9 @@ int npy_header_descr(buf *b, const char *descr, const int64_t *shape, int ndim);
  * read it.  Entries are laid out first (header written, room for the data
  * left, its offset in b returned), then the caller fills every entry's data
  * (b->data + offset stays valid until npz_finish), then npz_finish writes
- * the CRC-32s, the central directory and the end record.  No zip64: the
+ * the CRC-32s, the central directory and the end record.  Each entry's
+ * data starts at a multiple of 64 bytes from the archive's start (as the
+ * data of an .npy file does), so it can be read in place.  No zip64: the
  * archive must stay under 4 GiB (NPZ_MAX_BYTES); npz_finish fails beyond. */
 #define NPZ_MAX_ENTRIES 8
 #define NPZ_MAX_BYTES ((uint64_t)0xffffffffu - 4096)
@@ -38,6 +40,7 @@ typedef struct npz_writer {
     struct {
         char name[32];      /* "data.npy" */
         size_t local;       /* offset of the local header */
+        size_t extra;       /* bytes of its alignment padding (extra field) */
         size_t first;       /* offset of the .npy header */
         size_t end;         /* offset after the data */
     } e[NPZ_MAX_ENTRIES];

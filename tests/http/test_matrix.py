@@ -12,7 +12,9 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import struct
 import time
+import zipfile
 
 import numpy as np
 import pandas as pd
@@ -325,6 +327,18 @@ def decode_npz(r):
     assert r.headers["Content-Type"] == "application/zip"
     m = sp.load_npz(io.BytesIO(r.content))
     assert m.format == "csr"
+    body = r.content
+    with zipfile.ZipFile(io.BytesIO(body)) as zf:
+        assert zf.testzip() is None   # CRC-32s
+        for info in zf.infolist():
+            assert info.compress_type == zipfile.ZIP_STORED
+            # every array's data starts at a multiple of 64 (read in place)
+            at = info.header_offset
+            name_len, extra_len = struct.unpack("<HH", body[at + 26:at + 30])
+            npy = at + 30 + name_len + extra_len
+            assert body[npy:npy + 6] == b"\x93NUMPY"
+            (hlen,) = struct.unpack("<H", body[npy + 8:npy + 10])
+            assert (npy + 10 + hlen) % 64 == 0, info.filename
     with np.load(io.BytesIO(r.content), allow_pickle=False) as z:
         assert sorted(z.files) == ["data", "format", "indices", "indptr", "shape"]
         assert z["indptr"].dtype == np.dtype(r.headers["X-Indptr-Dtype"])
