@@ -97,6 +97,10 @@ typedef struct api_response {
      * built, a failure worth retrying): the server then does not keep it
      * in its answer cache for repeated requests. */
     int uncacheable;
+    /* Set when `body` holds a stored file's bytes (raw zarr keys answered
+     * from memory): the server sends them as they are, never compressed,
+     * and adds no Vary. */
+    int stored_bytes;
 } api_response;
 
 typedef int (*api_handler)(api_request *req, api_response *res, cellar_error *err);

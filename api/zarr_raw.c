@@ -35,6 +35,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -445,9 +446,20 @@ typedef struct opened_key {
 #define KEY_SLOTS 4096
 #define KEY_LOCKS 64
 
+/* Small keys' bytes are kept in the slot too, so a repeated key costs one
+ * fstatat (its identity unchanged) and no open, fstat, sendfile or close.
+ * Only files unchanged for SETTLED_SECONDS are kept: a write in the same
+ * timestamp tick as our read would leave mtime and ctime as they were
+ * (the "racily clean" case), so a file still being written is read from
+ * disk each time instead. */
+#define KEPT_KEY_MAX (64 * 1024)
+#define KEPT_STORE_MAX ((size_t)32 * 1024 * 1024)
+#define SETTLED_SECONDS 2
+
 typedef struct key_slot {
     uint64_t hash;
     char *text; /* "key\0etag\0date\0" in one allocation; NULL = empty */
+    char *bytes; /* the file's bytes (st_size of them), or NULL */
     dev_t dev;
     ino_t ino;
     off_t size;
@@ -456,6 +468,7 @@ typedef struct key_slot {
 
 typedef struct raw_keys {
     int dirfd; /* the store directory, for openat */
+    atomic_size_t kept; /* bytes held in slots, at most KEPT_STORE_MAX */
     pthread_mutex_t locks[KEY_LOCKS];
     key_slot slots[KEY_SLOTS];
 } raw_keys;
@@ -494,25 +507,94 @@ static int raw_keys_find(raw_keys *keys, const char *key, uint64_t hash, opened_
     return found;
 }
 
-/* Remembers that key, as o->st, lies inside the store (best effort: out of
- * memory only means the next request checks again). */
-static void raw_keys_put(raw_keys *keys, const char *key, uint64_t hash, const opened_key *o)
+/* Remembers that key, as o->st, lies inside the store, with the file's
+ * bytes when given (best effort: out of memory only means the next request
+ * checks again). */
+static void raw_keys_put(raw_keys *keys, const char *key, uint64_t hash, const opened_key *o,
+                         char *bytes)
 {
     size_t kl = strlen(key) + 1, el = strlen(o->etag) + 1, dl = strlen(o->date) + 1;
     char *text = malloc(kl + el + dl);
-    if (!text)
+    if (!text) {
+        free(bytes);
         return;
+    }
     memcpy(text, key, kl);
     memcpy(text + kl, o->etag, el);
     memcpy(text + kl + el, o->date, dl);
     size_t i = (size_t)(hash % KEY_SLOTS);
     key_slot *k = &keys->slots[i];
     pthread_mutex_lock(&keys->locks[i % KEY_LOCKS]);
-    char *old = k->text;
-    *k = (key_slot){hash, text, o->st.st_dev, o->st.st_ino, o->st.st_size, o->st.st_mtim,
-                    o->st.st_ctim};
+    char *old = k->text, *old_bytes = k->bytes;
+    size_t old_len = old_bytes ? (size_t)k->size : 0;
+    *k = (key_slot){hash, text, bytes, o->st.st_dev, o->st.st_ino, o->st.st_size,
+                    o->st.st_mtim, o->st.st_ctim};
     pthread_mutex_unlock(&keys->locks[i % KEY_LOCKS]);
+    if (old_bytes)
+        atomic_fetch_sub(&keys->kept, old_len);
     free(old);
+    free(old_bytes);
+}
+
+/* The bytes of a small, settled regular file, read whole, or NULL when it
+ * is not one, the store's budget is spent, or it changed while read. */
+static char *read_small_key(raw_keys *keys, int fd, const struct stat *st)
+{
+    size_t n = (size_t)st->st_size;
+    time_t now = time(NULL);
+    if (st->st_size <= 0 || st->st_size > KEPT_KEY_MAX ||
+        st->st_mtim.tv_sec > now - SETTLED_SECONDS || st->st_ctim.tv_sec > now - SETTLED_SECONDS)
+        return NULL;
+    if (atomic_fetch_add(&keys->kept, n) + n > KEPT_STORE_MAX) {
+        atomic_fetch_sub(&keys->kept, n);
+        return NULL;
+    }
+    char *bytes = malloc(n);
+    struct stat after;
+    if (!bytes || pread(fd, bytes, n, 0) != (ssize_t)n || fstat(fd, &after) != 0 ||
+        after.st_size != st->st_size || after.st_mtim.tv_sec != st->st_mtim.tv_sec ||
+        after.st_mtim.tv_nsec != st->st_mtim.tv_nsec ||
+        after.st_ctim.tv_sec != st->st_ctim.tv_sec ||
+        after.st_ctim.tv_nsec != st->st_ctim.tv_nsec) {
+        free(bytes);
+        atomic_fetch_sub(&keys->kept, n);
+        return NULL;
+    }
+    return bytes;
+}
+
+/* Whether the slot of key holds its bytes (a hint: checked again under
+ * the lock by raw_keys_copy). */
+static int raw_keys_has_bytes(raw_keys *keys, const char *key, uint64_t hash)
+{
+    size_t i = (size_t)(hash % KEY_SLOTS);
+    key_slot *k = &keys->slots[i];
+    pthread_mutex_lock(&keys->locks[i % KEY_LOCKS]);
+    int has = k->bytes && k->hash == hash && !strcmp(k->text, key);
+    pthread_mutex_unlock(&keys->locks[i % KEY_LOCKS]);
+    return has;
+}
+
+/* Copies the kept bytes [first, first + len) of key into body when the
+ * slot still holds key with the identity of o->st (the caller's fstatat),
+ * with its validators into o.  Returns 1 when copied. */
+static int raw_keys_copy(raw_keys *keys, const char *key, uint64_t hash, opened_key *o,
+                         uint64_t first, uint64_t len, buf *body)
+{
+    size_t i = (size_t)(hash % KEY_SLOTS);
+    key_slot *k = &keys->slots[i];
+    int copied = 0;
+    pthread_mutex_lock(&keys->locks[i % KEY_LOCKS]);
+    if (k->bytes && k->hash == hash && !strcmp(k->text, key) && same_file(k, &o->st) &&
+        first + len <= (uint64_t)k->size) {
+        const char *etag = k->text + strlen(k->text) + 1;
+        const char *date = etag + strlen(etag) + 1;
+        memcpy(o->etag, etag, strlen(etag) + 1);
+        memcpy(o->date, date, strlen(date) + 1);
+        copied = buf_append(body, k->bytes + first, (size_t)len) == 0;
+    }
+    pthread_mutex_unlock(&keys->locks[i % KEY_LOCKS]);
+    return copied;
 }
 
 static void raw_keys_free(void *value)
@@ -520,8 +602,10 @@ static void raw_keys_free(void *value)
     raw_keys *keys = value;
     if (!keys)
         return;
-    for (size_t i = 0; i < KEY_SLOTS; i++)
+    for (size_t i = 0; i < KEY_SLOTS; i++) {
         free(keys->slots[i].text);
+        free(keys->slots[i].bytes);
+    }
     for (size_t i = 0; i < KEY_LOCKS; i++)
         pthread_mutex_destroy(&keys->locks[i]);
     if (keys->dirfd >= 0)
@@ -584,7 +668,7 @@ static int fd_inside(int fd, const char *dir, const char *key)
  * when nothing is there; errno-like reasons kept out of the detail) or
  * CELLAR_EIO. */
 static int open_key(arena *a, raw_keys *keys, const char *dir, const char *store_tag,
-                    const char *key, opened_key *o, int *missing)
+                    const char *key, uint64_t hash, opened_key *o, int *missing)
 {
     *missing = 0;
     o->fd = -1;
@@ -604,8 +688,14 @@ static int open_key(arena *a, raw_keys *keys, const char *dir, const char *store
         close(fd);
         return CELLAR_ENOTFOUND;
     }
-    uint64_t hash = key_hash(key);
-    if (!raw_keys_find(keys, key, hash, o)) {
+    if (raw_keys_find(keys, key, hash, o)) {
+        /* Proven before; keep its bytes now if it was not settled then. */
+        if (o->st.st_size <= KEPT_KEY_MAX && !raw_keys_has_bytes(keys, key, hash)) {
+            char *bytes = read_small_key(keys, fd, &o->st);
+            if (bytes)
+                raw_keys_put(keys, key, hash, o, bytes);
+        }
+    } else {
         if (!fd_inside(fd, dir, key)) {
             fprintf(stderr, "cellar: refused zarr key '%.300s': resolves outside its store\n",
                     log_text(a, key));
@@ -617,13 +707,45 @@ static int open_key(arena *a, raw_keys *keys, const char *dir, const char *store
             return CELLAR_EIO;
         }
         http_date(o->st.st_mtim, o->date, sizeof o->date);
-        raw_keys_put(keys, key, hash, o);
+        raw_keys_put(keys, key, hash, o, read_small_key(keys, fd, &o->st));
     }
     /* Regular files ignore O_NONBLOCK on Linux; cleared anyway so the
      * descriptor handed to the server behaves like any opened file. */
     fcntl(fd, F_SETFL, 0);
     o->fd = fd;
     return 0;
+}
+
+/* Answers key from its kept bytes when the file still has the identity
+ * they were read with (one fstatat).  Returns 1 when answered (rc in *rc),
+ * 0 to go to the file. */
+static int serve_kept(api_request *req, api_response *res, raw_keys *keys, const char *key,
+                      uint64_t hash, int *rc, cellar_error *err)
+{
+    opened_key o;
+    if (fstatat(keys->dirfd, key, &o.st, 0) != 0 || !S_ISREG(o.st.st_mode))
+        return 0;
+    buf kept = {0};
+    if (!raw_keys_copy(keys, key, hash, &o, 0, (uint64_t)o.st.st_size, &kept)) {
+        buf_destroy(&kept);
+        return 0;
+    }
+    validators v = {o.etag, o.date, o.st.st_mtim};
+    uint64_t first = 0, len = 0;
+    *rc = answer_span(req, res, &v, (uint64_t)o.st.st_size, &first, &len, err);
+    if (*rc == 0 && (res->status == 200 || res->status == 206)) {
+        res->content_type = key_content_type(key);
+        res->stored_bytes = 1;
+        if (first == 0 && len == kept.len) {
+            buf_destroy(&res->body);
+            res->body = kept;
+            kept = (buf){0};
+        } else if (buf_append(&res->body, kept.data + first, (size_t)len) != 0) {
+            *rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+        }
+    }
+    buf_destroy(&kept);
+    return 1;
 }
 
 int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
@@ -656,9 +778,14 @@ int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
     rc = raw_keys_get(s, &keys, err);
     if (rc)
         return rc;
+    uint64_t hash = key_hash(key);
+    /* The root zarr.json may be answered with a built document instead. */
+    if (strcmp(key, "zarr.json") != 0 && raw_keys_has_bytes(keys, key, hash) &&
+        serve_kept(req, res, keys, key, hash, &rc, err))
+        return rc;
     opened_key o;
     int missing = 0;
-    int orc = open_key(req->arena, keys, store_path(s), store_etag(s), key, &o, &missing);
+    int orc = open_key(req->arena, keys, store_path(s), store_etag(s), key, hash, &o, &missing);
     const built_doc *built = NULL;
     if (orc && missing && !strcmp(key, ".zmetadata") && zarr_store_version(store_path(s)) == 2) {
         rc = built_doc_get(s, 0, &built, err);

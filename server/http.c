@@ -334,7 +334,8 @@ static enum MHD_Result send_body(request_ctx *ctx, struct MHD_Connection *conn, 
 {
     const char *ae = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept-Encoding");
     const char *encoding = NULL;
-    int pick = status == 200 && body->len >= COMPRESS_MIN_BYTES &&
+    int stored = extra && extra->stored_bytes;
+    int pick = !stored && status == 200 && body->len >= COMPRESS_MIN_BYTES &&
                        content_compressible(content_type)
                    ? pick_encoding(ae)
                    : 0;
@@ -362,7 +363,8 @@ static enum MHD_Result send_body(request_ctx *ctx, struct MHD_Connection *conn, 
         MHD_add_response_header(r, "Content-Type", content_type);
     if (encoding)
         MHD_add_response_header(r, "Content-Encoding", encoding);
-    MHD_add_response_header(r, "Vary", "Accept, Accept-Encoding");
+    if (!stored)
+        MHD_add_response_header(r, "Vary", "Accept, Accept-Encoding");
     add_common_headers(ctx, r);
     if (extra)
         for (size_t i = 0; i < extra->n_headers; i++)
@@ -539,6 +541,7 @@ static void discard_response(api_response *res)
     res->content_type = NULL;
     res->status = 200;
     res->uncacheable = 0;
+    res->stored_bytes = 0;
 }
 
 /* Runs the route's handler.  Reads are lazy, so a store file rewritten in

@@ -34,7 +34,12 @@ typedef struct file_identity {
     ino_t ino;
     off_t size;
     struct timespec mtime;
+    struct timespec dir_mtime; /* zarr: the directory's own mtime */
+    unsigned meta;             /* zarr: bit i set when zarr_meta[i] exists */
 } file_identity;
+
+/* The root metadata documents of a zarr store, part of its identity. */
+static const char *const zarr_meta[] = {"zarr.json", ".zmetadata", ".zgroup", ".zattrs"};
 
 struct store {
     registry *reg;
@@ -185,8 +190,14 @@ static int resolve_inside(registry *r, const char *name, char **out, cellar_erro
 }
 
 /* The identity of a store on disk. For a zarr directory, the directory and its
- * root metadata document both count, so a rewritten store is noticed. */
-static int read_identity(const char *path, store_backend backend, file_identity *id)
+ * root metadata documents both count, so a rewritten store is noticed.
+ * known: NULL to look for every metadata document, or an identity read
+ * before, to stat only the documents it found: a document that appears or
+ * goes adds or removes a directory entry, which changes the directory's
+ * own mtime (dir_mtime), so the missing ones need no stat.  That keeps the
+ * per-request check of an unchanged v3 store at two stats instead of five. */
+static int read_identity_as(const char *path, store_backend backend, const file_identity *known,
+                            file_identity *id)
 {
     struct stat st;
     if (stat(path, &st) != 0)
@@ -195,28 +206,43 @@ static int read_identity(const char *path, store_backend backend, file_identity 
     id->ino = st.st_ino;
     id->size = st.st_size;
     id->mtime = st.st_mtim;
-    if (backend == BACKEND_ZARR) {
-        static const char *const meta[] = {"zarr.json", ".zmetadata", ".zgroup", ".zattrs"};
-        char p[PATH_MAX];
-        for (size_t i = 0; i < sizeof meta / sizeof *meta; i++) {
-            snprintf(p, sizeof p, "%s/%s", path, meta[i]);
-            struct stat ms;
-            if (stat(p, &ms) == 0) {
-                id->size += ms.st_size;
-                if (ms.st_mtim.tv_sec > id->mtime.tv_sec ||
-                    (ms.st_mtim.tv_sec == id->mtime.tv_sec &&
-                     ms.st_mtim.tv_nsec > id->mtime.tv_nsec))
-                    id->mtime = ms.st_mtim;
-            }
-        }
+    id->dir_mtime = st.st_mtim;
+    id->meta = 0;
+    if (backend != BACKEND_ZARR)
+        return 0;
+    char p[PATH_MAX];
+    size_t pl = strlen(path);
+    if (pl + sizeof "/.zmetadata" > sizeof p)
+        return -1;
+    memcpy(p, path, pl);
+    p[pl] = '/';
+    for (size_t i = 0; i < sizeof zarr_meta / sizeof *zarr_meta; i++) {
+        if (known && !(known->meta & (1u << i)))
+            continue;
+        strcpy(p + pl + 1, zarr_meta[i]);
+        struct stat ms;
+        if (stat(p, &ms) != 0)
+            continue;
+        id->meta |= 1u << i;
+        id->size += ms.st_size;
+        if (ms.st_mtim.tv_sec > id->mtime.tv_sec ||
+            (ms.st_mtim.tv_sec == id->mtime.tv_sec && ms.st_mtim.tv_nsec > id->mtime.tv_nsec))
+            id->mtime = ms.st_mtim;
     }
     return 0;
+}
+
+static int read_identity(const char *path, store_backend backend, file_identity *id)
+{
+    return read_identity_as(path, backend, NULL, id);
 }
 
 static int identity_equal(const file_identity *a, const file_identity *b)
 {
     return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec;
+           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
+           a->dir_mtime.tv_sec == b->dir_mtime.tv_sec &&
+           a->dir_mtime.tv_nsec == b->dir_mtime.tv_nsec && a->meta == b->meta;
 }
 
 registry *registry_new(const registry_config *cfg, cellar_error *err)
@@ -553,11 +579,17 @@ static store *take_unchanged(registry *r, const char *name)
         return NULL;
     char joined[PATH_MAX];
     int n = snprintf(joined, sizeof joined, "%s/%s", r->root, name);
-    file_identity id;
-    if (n < 0 || (size_t)n >= sizeof joined || read_identity(joined, backend_of(name), &id))
+    if (n < 0 || (size_t)n >= sizeof joined)
         return NULL;
     pthread_mutex_lock(&r->lock);
     store *cur = find_open(r, name, NULL);
+    file_identity known = cur ? cur->id : (file_identity){0};
+    pthread_mutex_unlock(&r->lock);
+    file_identity id;
+    if (!cur || read_identity_as(joined, backend_of(name), &known, &id))
+        return NULL;
+    pthread_mutex_lock(&r->lock);
+    cur = find_open(r, name, NULL);
     if (cur && identity_equal(&cur->id, &id)) {
         cur->refs++;
         cur->last_used = now_seconds();
@@ -836,7 +868,8 @@ node *store_root(store *s)
 int store_unchanged(const store *s)
 {
     file_identity now;
-    return read_identity(s->path, s->backend, &now) == 0 && identity_equal(&now, &s->id);
+    return read_identity_as(s->path, s->backend, &s->id, &now) == 0 &&
+           identity_equal(&now, &s->id);
 }
 
 uint64_t store_bytes(const store *s)
