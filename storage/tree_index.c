@@ -127,8 +127,9 @@ static int index_alloc(tree_index *t)
     t->x = alloc_n(t, n, sizeof *t->x);
     t->y = alloc_n(t, n, sizeof *t->y);
     t->xmax = alloc_n(t, n, sizeof *t->xmax);
+    t->leaves = alloc_n(t, n, sizeof *t->leaves);
     return t->depth && t->pre && t->end && t->order && t->leaf_count && t->leaf_first &&
-                   t->x && t->y && t->xmax
+                   t->x && t->y && t->xmax && t->leaves
                ? 0
                : -1;
 }
@@ -277,54 +278,6 @@ static int fail_cycle(tree_index *t, cellar_error *err)
     return cellar_fail(err, CELLAR_EFORMAT, "tree has a cycle through node '%s'", t->id[v]);
 }
 
-/* Iterative preorder from the roots; `order` doubles as the stack, filled
- * from the top end, because a node is popped before its children are pushed
- * and so the stack never holds more than the unvisited nodes. */
-static int traverse(tree_index *t, cellar_error *err)
-{
-    int32_t *stack = malloc((size_t)(t->n ? t->n : 1) * sizeof *stack);
-    if (!stack)
-        return fail_nomem(err);
-    for (int32_t v = 0; v < t->n; v++)
-        t->pre[v] = -1;
-    int32_t top = 0, pos = 0;
-    for (int32_t r = t->n_roots - 1; r >= 0; r--)
-        stack[top++] = t->roots[r];
-    while (top > 0) {
-        int32_t v = stack[--top];
-        t->pre[v] = pos;
-        t->order[pos++] = v;
-        int32_t p = t->parent[v];
-        t->depth[v] = p < 0 ? 0 : t->depth[p] + 1;
-        if (t->depth[v] > t->max_depth)
-            t->max_depth = t->depth[v];
-        for (int32_t c = t->child_off[v + 1] - 1; c >= t->child_off[v]; c--)
-            stack[top++] = t->child[c];
-    }
-    free(stack);
-    if (pos != t->n)
-        return fail_cycle(t, err);
-    return 0;
-}
-
-/* Subtree sizes, leaf counts and subtree x maxima, children before parents. */
-static void accumulate(tree_index *t)
-{
-    for (int32_t v = 0; v < t->n; v++) {
-        t->end[v] = 1;
-        t->leaf_count[v] = t->child_off[v + 1] == t->child_off[v];
-    }
-    for (int32_t pos = t->n - 1; pos >= 0; pos--) {
-        int32_t v = t->order[pos], p = t->parent[v];
-        if (p >= 0) {
-            t->end[p] += t->end[v];
-            t->leaf_count[p] += t->leaf_count[v];
-        }
-    }
-    for (int32_t v = 0; v < t->n; v++)
-        t->end[v] += t->pre[v];
-}
-
 static int decide_length(const tree_index *t)
 {
     if (t->n_edges == 0)
@@ -335,37 +288,68 @@ static int decide_length(const tree_index *t)
     return 1;
 }
 
-static int layout(tree_index *t, cellar_error *err)
+/* Iterative preorder from the roots, filling at each node what needs only
+ * its ancestors: preorder, depth, leaf rank, x, and the starting values of
+ * what accumulate() sums up (one pass over the nodes in random order, not
+ * three: the cost is the cache misses).  A stack of the unvisited nodes,
+ * which a node leaves before its children enter. */
+static int traverse(tree_index *t, cellar_error *err)
 {
-    t->leaves = alloc_n(t, (size_t)t->n, sizeof *t->leaves);
-    if (!t->leaves)
+    int32_t *stack = malloc((size_t)(t->n ? t->n : 1) * sizeof *stack);
+    if (!stack)
         return fail_nomem(err);
+    for (int32_t v = 0; v < t->n; v++)
+        t->pre[v] = -1;
     t->uses_length = decide_length(t);
-    int32_t rank = 0;
-    for (int32_t pos = 0; pos < t->n; pos++) {
-        int32_t v = t->order[pos], p = t->parent[v];
+    int32_t top = 0, pos = 0, rank = 0;
+    for (int32_t r = t->n_roots - 1; r >= 0; r--)
+        stack[top++] = t->roots[r];
+    while (top > 0) {
+        int32_t v = stack[--top];
+        t->pre[v] = pos;
+        t->order[pos++] = v;
+        int32_t p = t->parent[v];
+        t->depth[v] = p < 0 ? 0 : t->depth[p] + 1;
+        if (t->depth[v] > t->max_depth)
+            t->max_depth = t->depth[v];
+        t->x[v] = p < 0 ? 0 : t->x[p] + (t->uses_length ? t->blen[v] : 1.0);
+        t->xmax[v] = t->x[v];
+        t->end[v] = 1;
         t->leaf_first[v] = rank;
-        if (t->child_off[v + 1] == t->child_off[v]) {
+        int32_t c0 = t->child_off[v], c1 = t->child_off[v + 1];
+        t->leaf_count[v] = c1 == c0;
+        if (c1 == c0) {
             t->y[v] = rank;
             t->leaves[rank++] = v;
         }
-        if (p < 0)
-            t->x[v] = 0;
-        else
-            t->x[v] = t->x[p] + (t->uses_length ? t->blen[v] : 1.0);
+        for (int32_t c = c1 - 1; c >= c0; c--)
+            stack[top++] = t->child[c];
     }
     t->n_leaves = rank;
-    for (int32_t v = 0; v < t->n; v++)
-        t->xmax[v] = t->x[v];
+    free(stack);
+    if (pos != t->n)
+        return fail_cycle(t, err);
+    return 0;
+}
+
+/* Children before parents: subtree ends, leaf counts, subtree x maxima,
+ * and the y of internal nodes (the mean of their first and last child's). */
+static void accumulate(tree_index *t)
+{
     for (int32_t pos = t->n - 1; pos >= 0; pos--) {
         int32_t v = t->order[pos], p = t->parent[v];
         int32_t c0 = t->child_off[v], c1 = t->child_off[v + 1];
         if (c1 > c0)
             t->y[v] = (t->y[t->child[c0]] + t->y[t->child[c1 - 1]]) / 2;
-        if (p >= 0 && t->xmax[v] > t->xmax[p])
-            t->xmax[p] = t->xmax[v];
+        int32_t size = t->end[v]; /* complete: every descendant came before */
+        t->end[v] = pos + size;
+        if (p >= 0) {
+            t->end[p] += size;
+            t->leaf_count[p] += t->leaf_count[v];
+            if (t->xmax[v] > t->xmax[p])
+                t->xmax[p] = t->xmax[v];
+        }
     }
-    return 0;
 }
 
 /* The preorder position of least depth among a and b (the first on ties). */
@@ -476,7 +460,7 @@ int tree_index_build(arena *a, tree_parts *p, tree_index **out, cellar_error *er
     if ((rc = find_roots(t, err)) < 0 || (rc = traverse(t, err)) < 0)
         goto done;
     accumulate(t);
-    if ((rc = layout(t, err)) < 0 || (rc = build_rmq(t, err)) < 0)
+    if ((rc = build_rmq(t, err)) < 0)
         goto done;
     *out = t;
     return 0;

@@ -94,7 +94,7 @@ static int load_json_streamed(node *t, const char *file_path, tree_forest **out,
 }
 
 static int load_json(node *t, const char *axis, const char *file_path, tree_forest **out,
-                     cellar_error *err)
+                     int *streamed, cellar_error *err)
 {
     const node_info *info = node_get_info(t);
     if (info->type != NODE_ARRAY || info->dtype != DT_STRING ||
@@ -102,6 +102,7 @@ static int load_json(node *t, const char *axis, const char *file_path, tree_fore
         return cellar_fail(err, CELLAR_EFORMAT,
                            "%s is neither a group of trees nor a JSON string of trees", axis);
     int rc = load_json_streamed(t, file_path, out, err);
+    *streamed = rc == 0;
     return rc == 1 ? load_json_text(t, axis, out, err) : rc;
 }
 
@@ -386,10 +387,8 @@ static int measure(trees_loaded *t, cellar_error *err)
     return 0;
 }
 
-/* trees_load; file_path (may be NULL) is the HDF5 file that holds group,
- * for streaming an .h5td string from it. */
-static int trees_load_from(node *group, const char *axis, const char *file_path,
-                           trees_loaded **out, cellar_error *err)
+int trees_load_file(node *group, const char *axis, const char *file_path, trees_loaded **out,
+                    cellar_error *err)
 {
     *out = NULL;
     if (strcmp(axis, "obst") != 0 && strcmp(axis, "vart") != 0)
@@ -408,7 +407,7 @@ static int trees_load_from(node *group, const char *axis, const char *file_path,
         rc = t->forest ? load_columnar(tn, axis, t->forest, err)
                        : cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", axis);
     } else {
-        rc = load_json(tn, axis, file_path, &t->forest, err);
+        rc = load_json(tn, axis, file_path, &t->forest, &t->streamed, err);
     }
     if (!rc)
         rc = measure(t, err);
@@ -422,7 +421,7 @@ static int trees_load_from(node *group, const char *axis, const char *file_path,
 
 int trees_load(node *group, const char *axis, trees_loaded **out, cellar_error *err)
 {
-    return trees_load_from(group, axis, NULL, out, err);
+    return trees_load_file(group, axis, NULL, out, err);
 }
 
 /* ---- the per-version cache ---- */
@@ -456,7 +455,7 @@ static int cached_build(void *ctx, void **value, size_t *bytes, cellar_error *er
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", bc->axis);
     cellar_error local;
     cellar_error_clear(&local);
-    int rc = trees_load_from(bc->group, bc->axis, bc->file_path, &c->loaded, &local);
+    int rc = trees_load_file(bc->group, bc->axis, bc->file_path, &c->loaded, &local);
     /* A big tree's build frees tens of MB of parser and builder memory in
      * small pieces that malloc would keep: give them back to the system. */
     malloc_trim(0);

@@ -44,6 +44,10 @@ typedef struct trees_loaded {
     tree_forest *forest;
     tree_sizes *sizes;
     size_t bytes;         /* memory held, index arenas included */
+    /* 1 when the JSON string was parsed while streamed from the HDF5 file
+     * (storage/h5_stream.h), 0 when it was read whole through the backend
+     * (zarr, columnar trees, or the fallback for layouts not streamed). */
+    int streamed;
 } trees_loaded;
 
 /* Reads the forest of `axis` ("obst" or "vart") of the AnnData-shaped group
@@ -52,6 +56,11 @@ typedef struct trees_loaded {
  * cannot be read; CELLAR_EINVAL for another axis; CELLAR_ENOMEM;
  * CELLAR_EIO. */
 int trees_load(node *group, const char *axis, trees_loaded **out, cellar_error *err);
+
+/* trees_load for a group of the HDF5 file at `file_path` (may be NULL),
+ * from which a JSON string is streamed instead of read whole. */
+int trees_load_file(node *group, const char *axis, const char *file_path, trees_loaded **out,
+                    cellar_error *err);
 
 /* Frees what trees_load returned. NULL is fine. */
 void trees_free(trees_loaded *t);
