@@ -730,6 +730,37 @@ static int read_binary(api_request *req, api_response *res, const matrix_req *mr
     return 0;
 }
 
+/* Whole stored rows for the JSON answer: the stored ranges as they are
+ * (no gathering and sorting); *done is 0 when a row's indices are not
+ * ascending (matrix_read_csr then orders them). */
+static int read_csr_run(api_request *req, const matrix_req *mr, matrix_csr *csr, int *done,
+                        cellar_error *err)
+{
+    *done = 0;
+    int64_t n = mr->rows.count;
+    int64_t *indptr = arena_alloc(req->arena, (size_t)(n + 1) * sizeof *indptr);
+    if (!indptr)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", mr->what);
+    int rc = matrix_run_indptr(&mr->m, &mr->rows, indptr, err);
+    if (rc)
+        return rc;
+    int64_t nnz = indptr[n] - indptr[0];
+    int64_t *indices = arena_alloc(req->arena, (size_t)(nnz ? nnz : 1) * sizeof *indices);
+    void *data = arena_alloc(req->arena, (size_t)(nnz ? nnz : 1) * dtype_size(mr->m.dtype));
+    if (!indices || !data)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", mr->what);
+    int ascending;
+    rc = matrix_run_entries(&mr->m, indptr, n, DT_INT64, indices, data, &ascending, err);
+    if (rc || !ascending)
+        return rc;
+    for (int64_t i = n; i >= 0; i--)
+        indptr[i] -= indptr[0];
+    *csr = (matrix_csr){.n_rows = n, .n_cols = mr->cols.count, .nnz = nnz, .indptr = indptr,
+                        .indices = indices, .data = data, .dtype = mr->m.dtype};
+    *done = 1;
+    return 0;
+}
+
 /* ---- the handler ---- */
 
 static int add_index_header(api_request *req, api_response *res, const matrix_req *mr)
@@ -795,7 +826,10 @@ int api_matrix(api_request *req, api_response *res, cellar_error *err)
         rc = check_csr_budget(req, &mr, &max_nnz, err);
         if (!rc && mr.fmt == FORMAT_BIN)
             return write_csr_binary(req, res, &mr, max_nnz, err);
-        if (!rc)
+        int done = 0;
+        if (!rc && matrix_csr_is_run(&mr.m, &mr.rows, &mr.cols) && !mr.ci)
+            rc = read_csr_run(req, &mr, &csr, &done, err);
+        if (!rc && !done)
             rc = matrix_read_csr(&mr.m, &mr.rows, &mr.cols, mr.ci, max_nnz, req->arena, &csr, err);
         return rc ? rc : write_csr_json(req, res, &mr, &csr, err);
     }
