@@ -637,6 +637,21 @@ static int csr_bin_finish(api_request *req, api_response *res, const matrix_req 
     return 0;
 }
 
+/* The indptr of a run of whole rows (from the arena, as stored) and the
+ * entries it spans. */
+static int run_indptr(api_request *req, const matrix_req *mr, int64_t **indptr, int64_t *nnz,
+                      cellar_error *err)
+{
+    int64_t n = mr->rows.count;
+    *indptr = arena_alloc(req->arena, (size_t)(n + 1) * sizeof **indptr);
+    if (!*indptr)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", mr->what);
+    int rc = matrix_run_indptr(&mr->m, &mr->rows, *indptr, err);
+    if (!rc)
+        *nnz = (*indptr)[n] - (*indptr)[0];
+    return rc;
+}
+
 /* Whole stored rows: the stored ranges read straight into the answer.
  * *done is 0 when the rows' indices are not in ascending order (the
  * general path then orders them). */
@@ -644,14 +659,10 @@ static int csr_bin_run(api_request *req, api_response *res, const matrix_req *mr
                        int *done, cellar_error *err)
 {
     *done = 0;
-    int64_t n = mr->rows.count;
-    int64_t *indptr = arena_alloc(req->arena, (size_t)(n + 1) * sizeof *indptr);
-    if (!indptr)
-        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", mr->what);
-    int rc = matrix_run_indptr(&mr->m, &mr->rows, indptr, err);
+    int64_t n = mr->rows.count, nnz, *indptr;
+    int rc = run_indptr(req, mr, &indptr, &nnz, err);
     if (rc)
         return rc;
-    int64_t nnz = indptr[n] - indptr[0];
     rc = csr_bin_layout(mr, res, nnz, cb, err);
     if (rc)
         return rc;
@@ -737,14 +748,10 @@ static int read_csr_run(api_request *req, const matrix_req *mr, matrix_csr *csr,
                         cellar_error *err)
 {
     *done = 0;
-    int64_t n = mr->rows.count;
-    int64_t *indptr = arena_alloc(req->arena, (size_t)(n + 1) * sizeof *indptr);
-    if (!indptr)
-        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", mr->what);
-    int rc = matrix_run_indptr(&mr->m, &mr->rows, indptr, err);
+    int64_t n = mr->rows.count, nnz, *indptr;
+    int rc = run_indptr(req, mr, &indptr, &nnz, err);
     if (rc)
         return rc;
-    int64_t nnz = indptr[n] - indptr[0];
     int64_t *indices = arena_alloc(req->arena, (size_t)(nnz ? nnz : 1) * sizeof *indices);
     void *data = arena_alloc(req->arena, (size_t)(nnz ? nnz : 1) * dtype_size(mr->m.dtype));
     if (!indices || !data)
