@@ -317,9 +317,10 @@ static int attach_index(api_request *req, matrix_req *mr, cellar_error *err)
         return 0;
     const api_config *cfg = req->config;
     column_index_options opts = {
-        cfg ? cfg->cache_dir : NULL,
-        cfg ? cfg->submit_background : NULL,
-        cfg ? cfg->background_ctx : NULL,
+        .cache_dir = cfg ? cfg->cache_dir : NULL,
+        .submit = cfg ? cfg->submit_background : NULL,
+        .submit_ctx = cfg ? cfg->background_ctx : NULL,
+        .max_bytes = 0, /* no bound is configurable yet */
     };
     mr->ci_asked = 1;
     return column_index_get(req->store, &mr->m, &opts, &mr->ci, &mr->ci_state, &mr->ci_bytes,

@@ -410,6 +410,7 @@ const char *column_index_state_name(column_index_state s)
     case COLUMN_INDEX_BUILDING: return "building";
     case COLUMN_INDEX_READY: return "ready";
     case COLUMN_INDEX_FAILED: return "failed";
+    case COLUMN_INDEX_OVER_LIMIT: return "over_limit";
     default: return "absent";
     }
 }
@@ -449,6 +450,14 @@ static int get_slot(store *s, const matrix *m, ci_slot **out, cellar_error *err)
     int rc = store_derived(s, key, slot_new, NULL, slot_free, &v, err);
     *out = v;
     return rc;
+}
+
+uint64_t column_index_bytes(const matrix *m)
+{
+    cix_layout l;
+    if (m->layout != MATRIX_CSR || layout_of(m->shape[0], m->shape[1], m->nnz, m->dtype, &l))
+        return 0;
+    return (uint64_t)l.total;
 }
 
 /* Accounts a ready index's mapping in the version's derived bytes (what
@@ -517,7 +526,15 @@ int column_index_get(store *s, const matrix *m, const column_index_options *opts
     char *path = opts ? column_index_path(opts->cache_dir, store_etag(s), node_path(m->element))
                       : NULL;
     build_job *job = NULL;
+    uint64_t need = column_index_bytes(m);
     pthread_mutex_lock(&slot->lock);
+    if (slot->state == COLUMN_INDEX_ABSENT && opts && opts->max_bytes &&
+        (!need || need > opts->max_bytes)) {
+        slot->state = COLUMN_INDEX_OVER_LIMIT;
+        fprintf(stderr, "cellar: column index of %s in %s would take %llu bytes, over the "
+                "limit of %llu: its columns are answered by scanning\n", node_path(m->element),
+                store_name(s), (unsigned long long)need, (unsigned long long)opts->max_bytes);
+    }
     if (slot->state == COLUMN_INDEX_ABSENT && !slot->load_tried && path) {
         slot->load_tried = 1;
         cellar_error lerr;
@@ -556,6 +573,8 @@ int column_index_get(store *s, const matrix *m, const column_index_options *opts
     if (slot->state == COLUMN_INDEX_READY) {
         *out = slot->ci;
         *bytes = slot->ci->map_bytes;
+    } else if (slot->state == COLUMN_INDEX_OVER_LIMIT) {
+        *bytes = (size_t)need;
     }
     pthread_mutex_unlock(&slot->lock);
     return 0;
@@ -576,5 +595,7 @@ column_index_state column_index_peek(store *s, const matrix *m, size_t *bytes)
     if (st == COLUMN_INDEX_READY)
         *bytes = slot->ci->map_bytes;
     pthread_mutex_unlock(&slot->lock);
+    if (st == COLUMN_INDEX_OVER_LIMIT)
+        *bytes = (size_t)column_index_bytes(m);
     return st;
 }

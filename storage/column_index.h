@@ -87,10 +87,11 @@ typedef enum column_index_state {
     COLUMN_INDEX_ABSENT = 0,
     COLUMN_INDEX_BUILDING,
     COLUMN_INDEX_READY,
-    COLUMN_INDEX_FAILED
+    COLUMN_INDEX_FAILED,
+    COLUMN_INDEX_OVER_LIMIT  /* larger than column_index_options.max_bytes: never built */
 } column_index_state;
 
-/* "absent", "building", "ready", "failed". */
+/* "absent", "building", "ready", "failed", "over_limit". */
 const char *column_index_state_name(column_index_state s);
 
 /* Runs fn(arg) later on another thread; 0 when accepted (fn will run
@@ -98,18 +99,26 @@ const char *column_index_state_name(column_index_state s);
 typedef int (*column_index_submit_fn)(void *ctx, void (*fn)(void *), void *arg);
 
 typedef struct column_index_options {
-    const char *cache_dir;           /* NULL: indexes live in memory only */
+    const char *cache_dir;           /* NULL: indexes live in unnamed files only */
     column_index_submit_fn submit;   /* NULL: never build (always scan) */
     void *submit_ctx;
+    uint64_t max_bytes;              /* an index larger is neither built nor loaded; 0: any */
 } column_index_options;
+
+/* The bytes of m's column index (its file, and its mapping), known before
+ * building it; 0 when m is not CSR or the size would overflow. */
+uint64_t column_index_bytes(const matrix *m);
 
 /* The column index of CSR matrix m of store version s, when ready: *out is
  * borrowed until s is freed, NULL otherwise.  When none is ready, this
  * first tries to load the cache file (synchronously; cheap), else starts a
  * build through opts->submit (once per version; a failed build is not
  * retried in this version).  *state tells where things stand after the
- * call, *bytes the mapping's size when ready.  Errors only for out of
- * memory; a build that cannot start just leaves the state absent. */
+ * call, *bytes the mapping's size when ready (when over_limit: the size it
+ * would have).  An index over opts->max_bytes is neither loaded nor built
+ * (state over_limit, for the version; columns are answered by the scan).
+ * Errors only for out of memory; a build that cannot start just leaves the
+ * state absent. */
 int column_index_get(store *s, const matrix *m, const column_index_options *opts,
                      const column_index **out, column_index_state *state, size_t *bytes,
                      cellar_error *err);

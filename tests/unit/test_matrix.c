@@ -163,6 +163,9 @@ void test_matrix_sparse_reads(void)
         /* Without a cache directory: an unnamed file in the page cache,
          * mapped read-only once built. */
         CHECK_EQ(ci->file_backed, 1);
+        /* Its size is known before building it (what max_bytes is held to). */
+        CHECK_EQ(column_index_bytes(&mr), ci->map_bytes);
+        CHECK_EQ(column_index_bytes(&mc), 0);
         check_selections(&mr, ref_csr, ci);
         /* Column 2 is empty; column 3 holds the rows with values. */
         CHECK_EQ(ci->colptr[3] - ci->colptr[2], 0);
