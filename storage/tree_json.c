@@ -397,6 +397,16 @@ typedef struct node_head {
     const char *attrs;     /* attribute text (in the arena, or static) */
 } node_head;
 
+enum { BATCH = 16 };
+
+typedef struct pending_add {
+    int is_edge, same_src;
+    uint32_t h1, h2;       /* hashes of the id (or source) and destination */
+    uint32_t ht;           /* hash of the attribute text */
+    size_t a, alen, d, dlen, t, tlen; /* the ids and attribute text in btext */
+    double length;
+} pending_add;
+
 typedef struct dedup_slot {
     const char *text;
     uint32_t hash;
@@ -420,6 +430,12 @@ struct tree_builder {
     size_t slot_cap;
     /* recent attribute texts by hash, so that repeated ones are kept once */
     dedup_slot *dedup;
+    /* the batch of queued nodes and edges, their ids in btext */
+    pending_add pend[BATCH];
+    int npend;
+    char *btext;
+    size_t btext_len, btext_cap;
+    int32_t last_src;      /* node of the source of the last edge added */
     int32_t ne, ecap;
     int32_t *src, *dst;
     const char **eattrs;
@@ -437,6 +453,7 @@ tree_builder *tree_builder_new(const char *what)
         return NULL;
     b->a = arena_new();
     b->what = strdup(what ? what : "tree");
+    b->last_src = -1;
     if (!b->a || !b->what || cap_init(&b->cap) < 0) {
         tree_builder_free(b);
         return NULL;
@@ -451,6 +468,7 @@ void tree_builder_free(tree_builder *b)
     arena_free(b->a);
     free(b->what);
     free(b->heads);
+    free(b->btext);
     free(b->dedup);
     free(b->slot);
     free(b->src);
@@ -489,13 +507,12 @@ static const char *pool_dup(tree_builder *b, const char *s, size_t n)
 
 /* pool_dup for attribute texts: a text equal to a recent one (same slot of
  * a small table by hash) is kept once; the index never writes to them. */
-static const char *attrs_dup(tree_builder *b, const char *s, size_t n)
+static const char *attrs_dup_hashed(tree_builder *b, const char *s, size_t n, uint32_t h)
 {
     if (n == 2 && s[0] == '{' && s[1] == '}')
         return empty_attrs;
     if (!b->dedup && !(b->dedup = calloc(DEDUP_SLOTS, sizeof *b->dedup)))
         return NULL;
-    uint32_t h = tree_index_hash_id(s, n);
     dedup_slot *slot = &b->dedup[h & (DEDUP_SLOTS - 1)];
     /* hash and length first: a text that differs is not read */
     if (slot->text && slot->hash == h && slot->len == n && memcmp(slot->text, s, n) == 0)
@@ -504,6 +521,11 @@ static const char *attrs_dup(tree_builder *b, const char *s, size_t n)
     if (p && n <= UINT32_MAX)
         *slot = (dedup_slot){p, h, (uint32_t)n};
     return p;
+}
+
+static const char *attrs_dup(tree_builder *b, const char *s, size_t n)
+{
+    return attrs_dup_hashed(b, s, n, tree_index_hash_id(s, n));
 }
 
 /* A short printable form of an id for messages. */
@@ -585,8 +607,10 @@ static int rehash(tree_builder *b)
     return 0;
 }
 
-/* The head of id, created undeclared when new; NULL on failure. */
-static node_head *intern(tree_builder *b, const char *id, size_t len, cellar_error *err)
+/* The head of id (whose tree_index_hash_id is h), created undeclared when
+ * new; NULL on failure. */
+static node_head *intern(tree_builder *b, const char *id, size_t len, uint32_t h,
+                         cellar_error *err)
 {
     char sid[ERR_ID_MAX];
     if (memchr(id, '\0', len)) {
@@ -598,7 +622,6 @@ static node_head *intern(tree_builder *b, const char *id, size_t len, cellar_err
         fail_nomem(err);
         return NULL;
     }
-    uint32_t h = tree_index_hash_id(id, len);
     size_t i = h & (b->slot_cap - 1);
     for (; b->slot[i] != UINT64_MAX; i = (i + 1) & (b->slot_cap - 1)) {
         if ((uint32_t)(b->slot[i] >> 32) != h)
@@ -617,20 +640,31 @@ static node_head *intern(tree_builder *b, const char *id, size_t len, cellar_err
     return head_at(b, (uint64_t)unit);
 }
 
+/* Declares node id (hash h) with the attribute text `attrs` (in the pool,
+ * or NULL: none). */
+static int node_add(tree_builder *b, const char *id, size_t len, uint32_t h, const char *attrs,
+                    cellar_error *err)
+{
+    char sid[ERR_ID_MAX];
+    node_head *nh = intern(b, id, len, h, err);
+    if (!nh)
+        return err && err->code ? err->code : CELLAR_EFORMAT;
+    if (nh->decl >= 0)
+        return cellar_fail(err, CELLAR_EFORMAT, "%s: node '%s' is listed twice", b->what,
+                           short_id(sid, sizeof sid, id, len));
+    if (attrs)
+        nh->attrs = attrs;
+    nh->decl = b->n_decl++;
+    return 0;
+}
+
 static int add_node_raw(tree_builder *b, const char *id, size_t len, const char *attrs,
                         size_t attrs_len, cellar_error *err)
 {
-    char sid[ERR_ID_MAX];
-    node_head *h = intern(b, id, len, err);
-    if (!h)
-        return err && err->code ? err->code : CELLAR_EFORMAT;
-    if (h->decl >= 0)
-        return cellar_fail(err, CELLAR_EFORMAT, "%s: node '%s' is listed twice", b->what,
-                           short_id(sid, sizeof sid, id, len));
-    if (attrs && !(h->attrs = attrs_dup(b, attrs, attrs_len)))
+    const char *text = NULL;
+    if (attrs && !(text = attrs_dup(b, attrs, attrs_len)))
         return fail_nomem(err);
-    h->decl = b->n_decl++;
-    return 0;
+    return node_add(b, id, len, tree_index_hash_id(id, len), text, err);
 }
 
 static int grow_edges(tree_builder *b)
@@ -655,36 +689,156 @@ static int grow_edges(tree_builder *b)
     return 0;
 }
 
-/* *src_node (may be NULL) caches the node number of s across calls with the
- * same s (-1: not known yet). */
-static int add_edge_raw(tree_builder *b, const char *s, size_t slen, const char *d, size_t dlen,
-                        const char *attrs, size_t attrs_len, double length, int32_t *src_node,
-                        cellar_error *err)
+/* The edge s -> d (hashes hs, hd) with the attribute text `text` (in the
+ * pool, or static).  *src_node (may be NULL) caches the node number of s
+ * across calls with the same s (-1: not known yet; hs is not used then). */
+static int edge_add(tree_builder *b, const char *s, size_t slen, uint32_t hs, const char *d,
+                    size_t dlen, uint32_t hd, const char *text, double length,
+                    int32_t *src_node, cellar_error *err)
 {
     int32_t u = -1, v = -1;
     if (src_node && *src_node >= 0) {
         u = *src_node;
     } else {
-        node_head *h = intern(b, s, slen, err);
+        node_head *h = intern(b, s, slen, hs, err);
         u = h ? h->v : -1;
     }
     if (src_node)
         *src_node = u;
-    node_head *dh = u < 0 ? NULL : intern(b, d, dlen, err);
+    node_head *dh = u < 0 ? NULL : intern(b, d, dlen, hd, err);
     v = dh ? dh->v : -1;
     if (v < 0)
         return err && err->code ? err->code : CELLAR_EFORMAT;
     if (b->ne == b->ecap && grow_edges(b) < 0)
         return cellar_fail(err, CELLAR_ENOMEM, "%s: out of memory at %d edges", b->what,
                            (int)b->ne);
-    const char *text = attrs ? attrs_dup(b, attrs, attrs_len) : empty_attrs;
-    if (!text)
-        return fail_nomem(err);
     b->src[b->ne] = u;
     b->dst[b->ne] = v;
     b->eattrs[b->ne] = text;
     b->elen[b->ne] = length;
     b->ne++;
+    return 0;
+}
+
+static int add_edge_raw(tree_builder *b, const char *s, size_t slen, const char *d, size_t dlen,
+                        const char *attrs, size_t attrs_len, double length, int32_t *src_node,
+                        cellar_error *err)
+{
+    const char *text = attrs ? attrs_dup(b, attrs, attrs_len) : empty_attrs;
+    if (!text)
+        return fail_nomem(err);
+    uint32_t hs = src_node && *src_node >= 0 ? 0 : tree_index_hash_id(s, slen);
+    return edge_add(b, s, slen, hs, d, dlen, tree_index_hash_id(d, dlen), text, length,
+                    src_node, err);
+}
+
+/* ---- batches: lookups of several ids overlapped ---------------------------
+ * Looking up an id costs cache misses (its slot, its head) that stall the
+ * parse one after another.  The JSON reader queues nodes and edges and
+ * adds them BATCH at a time: first the slots of all their ids are
+ * prefetched, then the heads the slots point at, then each is added in
+ * order exactly as add_node_raw / add_edge_raw would (the prefetches are
+ * hints only; so are those of the attribute texts' dedup slots). */
+
+static void batch_prefetch_slot(const tree_builder *b, uint32_t h)
+{
+    __builtin_prefetch(&b->slot[h & (b->slot_cap - 1)]);
+}
+
+static void batch_prefetch_head(const tree_builder *b, uint32_t h)
+{
+    for (size_t i = h & (b->slot_cap - 1); b->slot[i] != UINT64_MAX;
+         i = (i + 1) & (b->slot_cap - 1)) {
+        if ((uint32_t)(b->slot[i] >> 32) == h) {
+            __builtin_prefetch(head_at(b, (uint32_t)b->slot[i]));
+            return;
+        }
+    }
+}
+
+static int batch_flush(tree_builder *b, cellar_error *err)
+{
+    int n = b->npend, rc = 0;
+    b->npend = 0;
+    if (b->slot_cap) {
+        for (int k = 0; k < n; k++) {
+            if (b->dedup)
+                __builtin_prefetch(&b->dedup[b->pend[k].ht & (DEDUP_SLOTS - 1)]);
+            batch_prefetch_slot(b, b->pend[k].h1);
+            if (b->pend[k].is_edge)
+                batch_prefetch_slot(b, b->pend[k].h2);
+        }
+        for (int k = 0; k < n; k++)
+            if (!b->pend[k].is_edge || !b->pend[k].same_src)
+                batch_prefetch_head(b, b->pend[k].h1);
+    }
+    for (int k = 0; k < n && rc == 0; k++) {
+        const pending_add *q = &b->pend[k];
+        const char *a = b->btext + q->a;
+        const char *text = attrs_dup_hashed(b, b->btext + q->t, q->tlen, q->ht);
+        if (!text) {
+            rc = fail_nomem(err);
+            break;
+        }
+        if (!q->is_edge) {
+            rc = node_add(b, a, q->alen, q->h1, text, err);
+            continue;
+        }
+        if (!q->same_src)
+            b->last_src = -1;
+        rc = edge_add(b, a, q->alen, q->h1, b->btext + q->d, q->dlen, q->h2, text, q->length,
+                      &b->last_src, err);
+    }
+    b->btext_len = 0;
+    return rc;
+}
+
+/* Copies the id into the batch's text; its offset, or SIZE_MAX. */
+static size_t batch_text(tree_builder *b, const char *s, size_t n)
+{
+    if (b->btext_len + n > b->btext_cap) {
+        size_t cap = b->btext_cap ? b->btext_cap : 1024;
+        while (cap < b->btext_len + n)
+            cap *= 2;
+        char *p = realloc(b->btext, cap);
+        if (!p)
+            return SIZE_MAX;
+        b->btext = p;
+        b->btext_cap = cap;
+    }
+    size_t at = b->btext_len;
+    memcpy(b->btext + at, s, n);
+    b->btext_len += n;
+    return at;
+}
+
+/* Queues node id (d == NULL) or edge id -> d with the attribute text
+ * `attrs`; same_src: an edge from the source of the edge queued before. */
+static int batch_push(tree_builder *b, const char *id, size_t len, const char *d, size_t dlen,
+                      const char *attrs, size_t attrs_len, double length, int same_src,
+                      cellar_error *err)
+{
+    if (b->npend == BATCH) {
+        int rc = batch_flush(b, err);
+        if (rc < 0)
+            return rc;
+    }
+    pending_add *q = &b->pend[b->npend];
+    q->is_edge = d != NULL;
+    q->same_src = same_src;
+    q->length = length;
+    q->a = batch_text(b, id, len);
+    q->d = d ? batch_text(b, d, dlen) : 0;
+    q->t = batch_text(b, attrs, attrs_len);
+    if (q->a == SIZE_MAX || q->d == SIZE_MAX || q->t == SIZE_MAX)
+        return fail_nomem(err);
+    q->alen = len;
+    q->dlen = dlen;
+    q->tlen = attrs_len;
+    q->ht = tree_index_hash_id(attrs, attrs_len);
+    q->h1 = tree_index_hash_id(id, len);
+    q->h2 = d ? tree_index_hash_id(d, dlen) : 0;
+    b->npend++;
     return 0;
 }
 
@@ -1064,6 +1218,8 @@ int tree_builder_finish(tree_builder *b, tree_index **out, cellar_error *err)
     *out = NULL;
     if (!b)
         return fail_nomem(err);
+    if ((rc = batch_flush(b, err)) < 0)
+        goto done;
     node_head *h = (node_head *)(void *)b->heads;
     for (int32_t v = 0; v < b->n; v++, h = head_next(h)) {
         if (h->decl < 0) {
@@ -1100,7 +1256,7 @@ struct tree_json_reader {
     int top_done;
     int rc;
     keybuf tree_key, k3, k4;
-    int32_t k3_node;       /* k3's node number once an edge interned it, else -1 */
+    int32_t k3_node;       /* >= 0 once an edge from k3 was queued, else -1 */
     char what[ERR_ID_MAX + 16];
     tree_builder *b;
     tree_forest *forest;
@@ -1181,10 +1337,14 @@ static int rd_capture_done(tree_json_reader *r)
     capture *c = r->cap;
     r->cap = NULL;
     cap_result(c, &text, &len);
-    int rc = r->section == SEC_NODES
-                 ? add_node_raw(r->b, r->k3.s, r->k3.len, text, len, r->err)
-                 : add_edge_raw(r->b, r->k3.s, r->k3.len, r->k4.s, r->k4.len, text, len,
-                                c->length, &r->k3_node, r->err);
+    int rc = 0;
+    if (r->section == SEC_NODES) {
+        rc = batch_push(r->b, r->k3.s, r->k3.len, NULL, 0, text, len, NAN, 0, r->err);
+    } else {
+        rc = batch_push(r->b, r->k3.s, r->k3.len, r->k4.s, r->k4.len, text, len, c->length,
+                        r->k3_node >= 0, r->err);
+        r->k3_node = 0; /* the next edge of this source: same_src */
+    }
     if (rc < 0) {
         r->rc = rc;
         return 0;
@@ -1419,13 +1579,36 @@ void tree_json_reader_free(tree_json_reader *r)
     free(r);
 }
 
+/* After a failure of the JSON itself (not of a callback): the nodes and
+ * edges queued before it are added first, so that an error among them is
+ * reported, as when each was added at once. */
+static int rd_settle(tree_json_reader *r, int rc, cellar_error *err)
+{
+    if (rc == 0 || r->rc < 0 || !r->b || r->b->npend == 0)
+        return rc;
+    cellar_error saved;
+    cellar_error_clear(&saved);
+    if (err) {
+        saved = *err;
+        cellar_error_clear(err);
+    }
+    int drc = batch_flush(r->b, err);
+    if (drc < 0) {
+        r->f.rc = drc;
+        return drc;
+    }
+    if (err)
+        *err = saved;
+    return rc;
+}
+
 int tree_json_reader_feed(tree_json_reader *r, const char *data, size_t len, cellar_error *err)
 {
     if (r->f.rc < 0)
         return cellar_fail(err, r->f.rc, "tree JSON already failed");
     r->err = err;
     r->f.err = err;
-    return jf_feed(&r->f, data, len);
+    return rd_settle(r, jf_feed(&r->f, data, len), err);
 }
 
 int tree_json_reader_finish(tree_json_reader *r, tree_forest **out, cellar_error *err)
@@ -1435,7 +1618,7 @@ int tree_json_reader_finish(tree_json_reader *r, tree_forest **out, cellar_error
         return cellar_fail(err, r->f.rc, "tree JSON already failed");
     r->err = err;
     r->f.err = err;
-    int rc = jf_finish(&r->f);
+    int rc = rd_settle(r, jf_finish(&r->f), err);
     if (rc < 0)
         return rc;
     if (!r->top_done)
