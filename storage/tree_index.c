@@ -30,6 +30,7 @@ struct tree_index {
     int32_t *child_off;      /* n + 1 */
     int32_t *child;
     int32_t *depth;
+    int32_t *depth_pos;      /* depth by preorder position (for the RMQ) */
     int32_t *pre, *end, *order;
     int32_t *roots;
     int32_t *leaf_count, *leaf_first, *leaves;
@@ -114,24 +115,17 @@ void tree_parts_free(tree_parts *p)
     p->slot = NULL;
 }
 
-/* The arrays the traversal fills, made once the edge lists are gone. */
+/* The arrays the traversal fills, made once the edge lists are gone (the
+ * others are made from its results, scatter_all). */
 static int index_alloc(tree_index *t)
 {
     size_t n = (size_t)t->n;
-    t->depth = alloc_n(t, n, sizeof *t->depth);
+    t->depth_pos = alloc_n(t, n, sizeof *t->depth_pos);
     t->pre = alloc_n(t, n, sizeof *t->pre);
-    t->end = alloc_n(t, n, sizeof *t->end);
     t->order = alloc_n(t, n, sizeof *t->order);
-    t->leaf_count = alloc_n(t, n, sizeof *t->leaf_count);
     t->leaf_first = alloc_n(t, n, sizeof *t->leaf_first);
-    t->x = alloc_n(t, n, sizeof *t->x);
-    t->y = alloc_n(t, n, sizeof *t->y);
-    t->xmax = alloc_n(t, n, sizeof *t->xmax);
     t->leaves = alloc_n(t, n, sizeof *t->leaves);
-    return t->depth && t->pre && t->end && t->order && t->leaf_count && t->leaf_first &&
-                   t->x && t->y && t->xmax && t->leaves
-               ? 0
-               : -1;
+    return t->depth_pos && t->pre && t->order && t->leaf_first && t->leaves ? 0 : -1;
 }
 
 static void slot_place(uint32_t *slot, uint32_t mask, const char *id, uint32_t v)
@@ -288,14 +282,58 @@ static int decide_length(const tree_index *t)
     return 1;
 }
 
-/* Iterative preorder from the roots, filling at each node what needs only
- * its ancestors: preorder, depth, leaf rank, x, and the starting values of
- * what accumulate() sums up (one pass over the nodes in random order, not
- * three: the cost is the cache misses).  A stack of the unvisited nodes,
- * which a node leaves before its children enter. */
-static int traverse(tree_index *t, cellar_error *err)
+/* What the traversal computes by preorder position, before it is
+ * scattered to the nodes: a node's parent lies earlier in the preorder on
+ * the path from the root, whose entries are in cache, while arrays by node
+ * number would cost a cache miss per node and array. */
+typedef struct by_pos {
+    int32_t *ppos;     /* the parent's position, -1 for a root */
+    int32_t *size;     /* subtree size */
+    int32_t *leaves;   /* leaf count */
+    int32_t *last;     /* the last child's position, -1 for a leaf */
+    double *x, *y, *xmax;
+} by_pos;
+
+static void by_pos_free(by_pos *w)
 {
-    int32_t *stack = malloc((size_t)(t->n ? t->n : 1) * sizeof *stack);
+    free(w->ppos);
+    free(w->size);
+    free(w->leaves);
+    free(w->last);
+    free(w->x);
+    free(w->y);
+    free(w->xmax);
+    memset(w, 0, sizeof *w);
+}
+
+static int by_pos_alloc(by_pos *w, size_t n)
+{
+    n = n ? n : 1;
+    w->ppos = malloc(n * sizeof *w->ppos);
+    w->size = malloc(n * sizeof *w->size);
+    w->leaves = malloc(n * sizeof *w->leaves);
+    w->last = malloc(n * sizeof *w->last);
+    w->x = malloc(n * sizeof *w->x);
+    w->y = malloc(n * sizeof *w->y);
+    w->xmax = malloc(n * sizeof *w->xmax);
+    if (w->ppos && w->size && w->leaves && w->last && w->x && w->y && w->xmax)
+        return 0;
+    by_pos_free(w);
+    return -1;
+}
+
+typedef struct visit {
+    int32_t v, ppos;
+    double len;        /* of the edge from the parent */
+} visit;
+
+/* Iterative preorder from the roots: pre, order, leaf ranks and depth by
+ * position, and in w what needs only the ancestors.  A stack of the
+ * unvisited nodes, which a node leaves before its children enter; pushing
+ * a child prefetches what its visit touches. */
+static int traverse(tree_index *t, by_pos *w, cellar_error *err)
+{
+    visit *stack = malloc((size_t)(t->n ? t->n : 1) * sizeof *stack);
     if (!stack)
         return fail_nomem(err);
     for (int32_t v = 0; v < t->n; v++)
@@ -303,27 +341,38 @@ static int traverse(tree_index *t, cellar_error *err)
     t->uses_length = decide_length(t);
     int32_t top = 0, pos = 0, rank = 0;
     for (int32_t r = t->n_roots - 1; r >= 0; r--)
-        stack[top++] = t->roots[r];
+        stack[top++] = (visit){t->roots[r], -1, 0};
     while (top > 0) {
-        int32_t v = stack[--top];
+        visit s = stack[--top];
+        int32_t v = s.v;
         t->pre[v] = pos;
-        t->order[pos++] = v;
-        int32_t p = t->parent[v];
-        t->depth[v] = p < 0 ? 0 : t->depth[p] + 1;
-        if (t->depth[v] > t->max_depth)
-            t->max_depth = t->depth[v];
-        t->x[v] = p < 0 ? 0 : t->x[p] + (t->uses_length ? t->blen[v] : 1.0);
-        t->xmax[v] = t->x[v];
-        t->end[v] = 1;
+        t->order[pos] = v;
+        w->ppos[pos] = s.ppos;
+        int32_t d = s.ppos < 0 ? 0 : t->depth_pos[s.ppos] + 1;
+        t->depth_pos[pos] = d;
+        if (d > t->max_depth)
+            t->max_depth = d;
+        w->x[pos] = s.ppos < 0 ? 0 : w->x[s.ppos] + (t->uses_length ? s.len : 1.0);
+        w->xmax[pos] = w->x[pos];
+        w->size[pos] = 1;
+        w->last[pos] = -1;
+        if (s.ppos >= 0)
+            w->last[s.ppos] = pos; /* children come in edge order */
         t->leaf_first[v] = rank;
         int32_t c0 = t->child_off[v], c1 = t->child_off[v + 1];
-        t->leaf_count[v] = c1 == c0;
+        w->leaves[pos] = c1 == c0;
         if (c1 == c0) {
-            t->y[v] = rank;
+            w->y[pos] = rank;
             t->leaves[rank++] = v;
         }
-        for (int32_t c = c1 - 1; c >= c0; c--)
-            stack[top++] = t->child[c];
+        for (int32_t c = c1 - 1; c >= c0; c--) {
+            int32_t k = t->child[c];
+            __builtin_prefetch(&t->child_off[k]);
+            __builtin_prefetch(&t->pre[k], 1);
+            __builtin_prefetch(&t->leaf_first[k], 1);
+            stack[top++] = (visit){k, pos, t->blen[k]};
+        }
+        pos++;
     }
     t->n_leaves = rank;
     free(stack);
@@ -332,30 +381,69 @@ static int traverse(tree_index *t, cellar_error *err)
     return 0;
 }
 
-/* Children before parents: subtree ends, leaf counts, subtree x maxima,
+/* Children before parents: subtree sizes, leaf counts, subtree x maxima,
  * and the y of internal nodes (the mean of their first and last child's). */
-static void accumulate(tree_index *t)
+static void accumulate(tree_index *t, by_pos *w)
 {
     for (int32_t pos = t->n - 1; pos >= 0; pos--) {
-        int32_t v = t->order[pos], p = t->parent[v];
-        int32_t c0 = t->child_off[v], c1 = t->child_off[v + 1];
-        if (c1 > c0)
-            t->y[v] = (t->y[t->child[c0]] + t->y[t->child[c1 - 1]]) / 2;
-        int32_t size = t->end[v]; /* complete: every descendant came before */
-        t->end[v] = pos + size;
+        if (w->last[pos] >= 0)
+            w->y[pos] = (w->y[pos + 1] + w->y[w->last[pos]]) / 2;
+        int32_t p = w->ppos[pos];
         if (p >= 0) {
-            t->end[p] += size;
-            t->leaf_count[p] += t->leaf_count[v];
-            if (t->xmax[v] > t->xmax[p])
-                t->xmax[p] = t->xmax[v];
+            w->size[p] += w->size[pos];
+            w->leaves[p] += w->leaves[pos];
+            if (w->xmax[pos] > w->xmax[p])
+                w->xmax[p] = w->xmax[pos];
         }
     }
+    free(w->ppos);
+    free(w->last);
+    w->ppos = w->last = NULL;
+}
+
+/* The values by position as an index array by node; *vals is freed (one
+ * array made, one given back: the build's peak memory stays that of the
+ * traversal).  add_pos: the position is added to each value. */
+static int32_t *scatter_i32(tree_index *t, int32_t **vals, int add_pos)
+{
+    int32_t *out = alloc_n(t, (size_t)t->n, sizeof *out);
+    for (int32_t pos = 0; out && pos < t->n; pos++)
+        out[t->order[pos]] = (*vals)[pos] + (add_pos ? pos : 0);
+    free(*vals);
+    *vals = NULL;
+    return out;
+}
+
+static double *scatter_f64(tree_index *t, double **vals)
+{
+    double *out = alloc_n(t, (size_t)t->n, sizeof *out);
+    for (int32_t pos = 0; out && pos < t->n; pos++)
+        out[t->order[pos]] = (*vals)[pos];
+    free(*vals);
+    *vals = NULL;
+    return out;
+}
+
+static int scatter_all(tree_index *t, by_pos *w, cellar_error *err)
+{
+    t->end = scatter_i32(t, &w->size, 1);
+    t->leaf_count = scatter_i32(t, &w->leaves, 0);
+    t->x = scatter_f64(t, &w->x);
+    t->y = scatter_f64(t, &w->y);
+    t->xmax = scatter_f64(t, &w->xmax);
+    int32_t *depth = t->depth_pos;
+    t->depth = alloc_n(t, (size_t)t->n, sizeof *t->depth);
+    for (int32_t pos = 0; t->depth && pos < t->n; pos++)
+        t->depth[t->order[pos]] = depth[pos];
+    if (!t->end || !t->leaf_count || !t->x || !t->y || !t->xmax || !t->depth)
+        return fail_nomem(err);
+    return 0;
 }
 
 /* The preorder position of least depth among a and b (the first on ties). */
 static int32_t pos_min(const tree_index *t, int32_t a, int32_t b)
 {
-    return t->depth[t->order[b]] < t->depth[t->order[a]] ? b : a;
+    return t->depth_pos[b] < t->depth_pos[a] ? b : a;
 }
 
 static int build_rmq(tree_index *t, cellar_error *err)
@@ -457,10 +545,19 @@ int tree_index_build(arena *a, tree_parts *p, tree_index **out, cellar_error *er
         rc = fail_nomem(err);
         goto done;
     }
-    if ((rc = find_roots(t, err)) < 0 || (rc = traverse(t, err)) < 0)
+    if ((rc = find_roots(t, err)) < 0)
         goto done;
-    accumulate(t);
-    if ((rc = build_rmq(t, err)) < 0)
+    by_pos w;
+    if (by_pos_alloc(&w, (size_t)t->n) < 0) {
+        rc = fail_nomem(err);
+        goto done;
+    }
+    if ((rc = traverse(t, &w, err)) == 0) {
+        accumulate(t, &w);
+        rc = scatter_all(t, &w, err);
+    }
+    by_pos_free(&w);
+    if (rc < 0 || (rc = build_rmq(t, err)) < 0)
         goto done;
     *out = t;
     return 0;

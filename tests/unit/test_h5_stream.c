@@ -94,11 +94,13 @@ static char *read_file_all(const char *name, size_t *len)
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
-    char *buf = malloc(n > 0 ? (size_t)n : 1);
+    char *buf = malloc(n > 0 ? (size_t)n + 1 : 1); /* NUL-terminated for strtol */
     if (buf && n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n) {
         free(buf);
         buf = NULL;
     }
+    if (buf)
+        buf[n > 0 ? n : 0] = '\0';
     fclose(f);
     *len = n > 0 ? (size_t)n : 0;
     return buf;
