@@ -290,33 +290,49 @@ typedef struct by_pos {
     int32_t *ppos;     /* the parent's position, -1 for a root */
     int32_t *size;     /* subtree size */
     int32_t *leaves;   /* leaf count */
-    int32_t *last;     /* the last child's position, -1 for a leaf */
-    double *x, *y, *xmax;
+    double *x;         /* x, then the subtree's largest x (accumulate) */
+    double *y;         /* NAN for an internal node until its last child is met */
+    size_t n;
 } by_pos;
+
+/* Scratch arrays of a build are mapped and unmapped directly: malloc may
+ * keep freed memory (its thresholds move), which would add the scratch
+ * arrays to the peak of what is allocated after them. */
+static void *scratch_alloc(size_t count, size_t size)
+{
+    if (!count)
+        count = 1;
+    if (count > SIZE_MAX / size)
+        return NULL;
+    void *p = mmap(NULL, count * size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void scratch_free(void *p, size_t count, size_t size)
+{
+    if (p)
+        munmap(p, (count ? count : 1) * size);
+}
 
 static void by_pos_free(by_pos *w)
 {
-    free(w->ppos);
-    free(w->size);
-    free(w->leaves);
-    free(w->last);
-    free(w->x);
-    free(w->y);
-    free(w->xmax);
+    scratch_free(w->ppos, w->n, sizeof *w->ppos);
+    scratch_free(w->size, w->n, sizeof *w->size);
+    scratch_free(w->leaves, w->n, sizeof *w->leaves);
+    scratch_free(w->x, w->n, sizeof *w->x);
+    scratch_free(w->y, w->n, sizeof *w->y);
     memset(w, 0, sizeof *w);
 }
 
 static int by_pos_alloc(by_pos *w, size_t n)
 {
-    n = n ? n : 1;
-    w->ppos = malloc(n * sizeof *w->ppos);
-    w->size = malloc(n * sizeof *w->size);
-    w->leaves = malloc(n * sizeof *w->leaves);
-    w->last = malloc(n * sizeof *w->last);
-    w->x = malloc(n * sizeof *w->x);
-    w->y = malloc(n * sizeof *w->y);
-    w->xmax = malloc(n * sizeof *w->xmax);
-    if (w->ppos && w->size && w->leaves && w->last && w->x && w->y && w->xmax)
+    w->n = n;
+    w->ppos = scratch_alloc(n, sizeof *w->ppos);
+    w->size = scratch_alloc(n, sizeof *w->size);
+    w->leaves = scratch_alloc(n, sizeof *w->leaves);
+    w->x = scratch_alloc(n, sizeof *w->x);
+    w->y = scratch_alloc(n, sizeof *w->y);
+    if (w->ppos && w->size && w->leaves && w->x && w->y)
         return 0;
     by_pos_free(w);
     return -1;
@@ -333,7 +349,7 @@ typedef struct visit {
  * a child prefetches what its visit touches. */
 static int traverse(tree_index *t, by_pos *w, cellar_error *err)
 {
-    visit *stack = malloc((size_t)(t->n ? t->n : 1) * sizeof *stack);
+    visit *stack = scratch_alloc((size_t)t->n, sizeof *stack);
     if (!stack)
         return fail_nomem(err);
     for (int32_t v = 0; v < t->n; v++)
@@ -353,14 +369,11 @@ static int traverse(tree_index *t, by_pos *w, cellar_error *err)
         if (d > t->max_depth)
             t->max_depth = d;
         w->x[pos] = s.ppos < 0 ? 0 : w->x[s.ppos] + (t->uses_length ? s.len : 1.0);
-        w->xmax[pos] = w->x[pos];
         w->size[pos] = 1;
-        w->last[pos] = -1;
-        if (s.ppos >= 0)
-            w->last[s.ppos] = pos; /* children come in edge order */
         t->leaf_first[v] = rank;
         int32_t c0 = t->child_off[v], c1 = t->child_off[v + 1];
         w->leaves[pos] = c1 == c0;
+        w->y[pos] = NAN;
         if (c1 == c0) {
             w->y[pos] = rank;
             t->leaves[rank++] = v;
@@ -375,67 +388,75 @@ static int traverse(tree_index *t, by_pos *w, cellar_error *err)
         pos++;
     }
     t->n_leaves = rank;
-    free(stack);
+    scratch_free(stack, (size_t)t->n, sizeof *stack);
     if (pos != t->n)
         return fail_cycle(t, err);
     return 0;
 }
 
-/* Children before parents: subtree sizes, leaf counts, subtree x maxima,
- * and the y of internal nodes (the mean of their first and last child's). */
+/* Children before parents: subtree sizes, leaf counts, subtree x maxima
+ * (in w->x, once t->x was taken from it), and the y of internal nodes: the
+ * mean of their first child's (the next position) and last child's (the
+ * first of their children met here, kept in the parent's y until then). */
 static void accumulate(tree_index *t, by_pos *w)
 {
     for (int32_t pos = t->n - 1; pos >= 0; pos--) {
-        if (w->last[pos] >= 0)
-            w->y[pos] = (w->y[pos + 1] + w->y[w->last[pos]]) / 2;
+        if (w->size[pos] > 1)
+            w->y[pos] = (w->y[pos + 1] + w->y[pos]) / 2;
         int32_t p = w->ppos[pos];
         if (p >= 0) {
             w->size[p] += w->size[pos];
             w->leaves[p] += w->leaves[pos];
-            if (w->xmax[pos] > w->xmax[p])
-                w->xmax[p] = w->xmax[pos];
+            if (w->x[pos] > w->x[p])
+                w->x[p] = w->x[pos];
+            if (isnan(w->y[p]))
+                w->y[p] = w->y[pos];
         }
     }
-    free(w->ppos);
-    free(w->last);
-    w->ppos = w->last = NULL;
+    scratch_free(w->ppos, w->n, sizeof *w->ppos);
+    w->ppos = NULL;
 }
 
-/* The values by position as an index array by node; *vals is freed (one
- * array made, one given back: the build's peak memory stays that of the
- * traversal).  add_pos: the position is added to each value. */
-static int32_t *scatter_i32(tree_index *t, int32_t **vals, int add_pos)
+/* The values by position as an index array by node; *vals (scratch) is
+ * freed when `give_back` (one array made, one given back: the build's peak
+ * memory stays that of the traversal).  add_pos: the position is added. */
+static int32_t *scatter_i32(tree_index *t, int32_t **vals, int add_pos, int give_back)
 {
     int32_t *out = alloc_n(t, (size_t)t->n, sizeof *out);
     for (int32_t pos = 0; out && pos < t->n; pos++)
         out[t->order[pos]] = (*vals)[pos] + (add_pos ? pos : 0);
-    free(*vals);
-    *vals = NULL;
+    if (give_back) {
+        scratch_free(*vals, (size_t)t->n, sizeof **vals);
+        *vals = NULL;
+    }
     return out;
 }
 
-static double *scatter_f64(tree_index *t, double **vals)
+static double *scatter_f64(tree_index *t, double **vals, int give_back)
 {
     double *out = alloc_n(t, (size_t)t->n, sizeof *out);
     for (int32_t pos = 0; out && pos < t->n; pos++)
         out[t->order[pos]] = (*vals)[pos];
-    free(*vals);
-    *vals = NULL;
+    if (give_back) {
+        scratch_free(*vals, (size_t)t->n, sizeof **vals);
+        *vals = NULL;
+    }
     return out;
 }
 
-static int scatter_all(tree_index *t, by_pos *w, cellar_error *err)
+/* After traverse: x, the sums (accumulate), then the rest by node. */
+static int finish_by_pos(tree_index *t, by_pos *w, cellar_error *err)
 {
-    t->end = scatter_i32(t, &w->size, 1);
-    t->leaf_count = scatter_i32(t, &w->leaves, 0);
-    t->x = scatter_f64(t, &w->x);
-    t->y = scatter_f64(t, &w->y);
-    t->xmax = scatter_f64(t, &w->xmax);
-    int32_t *depth = t->depth_pos;
-    t->depth = alloc_n(t, (size_t)t->n, sizeof *t->depth);
-    for (int32_t pos = 0; t->depth && pos < t->n; pos++)
-        t->depth[t->order[pos]] = depth[pos];
-    if (!t->end || !t->leaf_count || !t->x || !t->y || !t->xmax || !t->depth)
+    t->x = scatter_f64(t, &w->x, 0);
+    if (!t->x)
+        return fail_nomem(err);
+    accumulate(t, w);
+    t->end = scatter_i32(t, &w->size, 1, 1);
+    t->leaf_count = scatter_i32(t, &w->leaves, 0, 1);
+    t->y = scatter_f64(t, &w->y, 1);
+    t->xmax = scatter_f64(t, &w->x, 1);
+    t->depth = scatter_i32(t, &t->depth_pos, 0, 0);
+    if (!t->end || !t->leaf_count || !t->y || !t->xmax || !t->depth)
         return fail_nomem(err);
     return 0;
 }
@@ -552,10 +573,8 @@ int tree_index_build(arena *a, tree_parts *p, tree_index **out, cellar_error *er
         rc = fail_nomem(err);
         goto done;
     }
-    if ((rc = traverse(t, &w, err)) == 0) {
-        accumulate(t, &w);
-        rc = scatter_all(t, &w, err);
-    }
+    if ((rc = traverse(t, &w, err)) == 0)
+        rc = finish_by_pos(t, &w, err);
     by_pos_free(&w);
     if (rc < 0 || (rc = build_rmq(t, err)) < 0)
         goto done;
