@@ -842,6 +842,28 @@ static int batch_push(tree_builder *b, const char *id, size_t len, const char *d
     return 0;
 }
 
+/* After a failure rc that comes after the queued nodes and edges (a later
+ * syntax or attribute error): those are added first, so that an error
+ * among them is the one reported, as when each was added at once.  A
+ * failure of batch_flush itself leaves nothing queued. */
+static int batch_settle(tree_builder *b, int rc, cellar_error *err)
+{
+    if (rc == 0 || !b || b->npend == 0)
+        return rc;
+    cellar_error saved;
+    cellar_error_clear(&saved);
+    if (err) {
+        saved = *err;
+        cellar_error_clear(err);
+    }
+    int drc = batch_flush(b, err);
+    if (drc < 0)
+        return drc;
+    if (err)
+        *err = saved;
+    return rc;
+}
+
 /* Parses attrs_json (an object) into the builder's capture. */
 static int normalize_attrs(tree_builder *b, const char *attrs_json, const char *what,
                            cellar_error *err)
@@ -1093,38 +1115,36 @@ int tree_builder_add_nodes(tree_builder *b, int64_t n, const char *const *ids, s
         row_name rn = {b, id, NULL};
         int rc = compose_row(b, i, n_cols, cols, &rn, err);
         if (rc < 0)
-            return rc;
+            return batch_settle(b, rc, err);
         const char *text;
         size_t len;
         cap_result(&b->cap, &text, &len);
-        if ((rc = add_node_raw(b, id, strlen(id), text, len, err)) < 0)
+        if ((rc = batch_push(b, id, strlen(id), NULL, 0, text, len, NAN, 0, err)) < 0)
             return rc;
     }
-    return 0;
+    return batch_flush(b, err);
 }
 
 int tree_builder_add_edges(tree_builder *b, int64_t n, const char *const *src,
                            const char *const *dst, size_t n_cols,
                            const tree_attr_column *cols, cellar_error *err)
 {
-    int32_t src_node = -1; /* of src[i - 1]: edges come grouped by source */
     for (int64_t i = 0; i < n; i++) {
         const char *s = src[i] ? src[i] : "", *d = dst[i] ? dst[i] : "";
-        if (i > 0 && strcmp(s, src[i - 1] ? src[i - 1] : "") != 0)
-            src_node = -1;
+        /* edges come grouped by source: its lookup is done once a group */
+        int same_src = i > 0 && strcmp(s, src[i - 1] ? src[i - 1] : "") == 0;
         row_name rn = {b, s, d};
         int rc = compose_row(b, i, n_cols, cols, &rn, err);
         if (rc < 0)
-            return rc;
+            return batch_settle(b, rc, err);
         const char *text;
         size_t len;
         cap_result(&b->cap, &text, &len);
-        rc = add_edge_raw(b, s, strlen(s), d, strlen(d), text, len, b->cap.length, &src_node,
-                          err);
+        rc = batch_push(b, s, strlen(s), d, strlen(d), text, len, b->cap.length, same_src, err);
         if (rc < 0)
             return rc;
     }
-    return 0;
+    return batch_flush(b, err);
 }
 
 static node_head *head_next(const node_head *h)
@@ -1584,22 +1604,10 @@ void tree_json_reader_free(tree_json_reader *r)
  * reported, as when each was added at once. */
 static int rd_settle(tree_json_reader *r, int rc, cellar_error *err)
 {
-    if (rc == 0 || r->rc < 0 || !r->b || r->b->npend == 0)
-        return rc;
-    cellar_error saved;
-    cellar_error_clear(&saved);
-    if (err) {
-        saved = *err;
-        cellar_error_clear(err);
-    }
-    int drc = batch_flush(r->b, err);
-    if (drc < 0) {
-        r->f.rc = drc;
-        return drc;
-    }
-    if (err)
-        *err = saved;
-    return rc;
+    int settled = batch_settle(r->b, rc, err);
+    if (settled != rc)
+        r->f.rc = settled;
+    return settled;
 }
 
 int tree_json_reader_feed(tree_json_reader *r, const char *data, size_t len, cellar_error *err)
