@@ -77,7 +77,8 @@ typedef struct cached_answer {
 } cached_answer;
 
 static const char *const cors_expose =
-    "Content-Range, Content-Length, ETag, X-Shape, X-Dtype, Last-Modified";
+    "Content-Range, Content-Length, ETag, X-Shape, X-Dtype, Last-Modified, X-Nnz, "
+    "X-Indptr-Dtype, X-Indices-Dtype, X-Column-Index";
 
 static uint64_t elapsed_us(const struct timespec *start)
 {

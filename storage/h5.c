@@ -82,11 +82,14 @@ static int h5_read_strings(node *n, const dim_sel *sel, arena *a, char **out,
                            cellar_error *err);
 static void h5_destroy(node *n);
 
+static int h5_file_extent(node *n, int *fd, uint64_t *offset, uint64_t *length);
+
 static const node_ops h5_ops = {
     .open_child = h5_open_child,
     .list_children = h5_list_children,
     .read = h5_read,
     .read_strings = h5_read_strings,
+    .file_extent = h5_file_extent,
     .destroy = h5_destroy,
 };
 
@@ -1351,7 +1354,8 @@ static int direct_filters(hid_t dcpl, size_t elem_size, h5d_layout *l)
         char name[64];
         H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, cd, sizeof name, name,
                                          &config);
-        if (id != H5Z_FILTER_DEFLATE && id != H5Z_FILTER_SHUFFLE && id != H5Z_FILTER_FLETCHER32)
+        if (id != H5Z_FILTER_DEFLATE && id != H5Z_FILTER_SHUFFLE && id != H5Z_FILTER_FLETCHER32 &&
+            id != H5D_FILTER_LZF)
             return -1;
         l->filters[i].id = (int)id;
         if (id == H5Z_FILTER_SHUFFLE)
@@ -1599,6 +1603,21 @@ static int direct_read(node *n, h5_node *h, const dim_sel *sel, void *out, size_
         return 1;
     const h5_node *root = n->root->impl;
     return h5d_read(p, root->fd, direct_fetch, n, sel, out, out_bytes, n->path, err);
+}
+
+/* node_file_extent: a contiguous, unfiltered dataset in native byte order,
+ * through its direct-read plan (so only what direct reads trust). */
+static int h5_file_extent(node *n, int *fd, uint64_t *offset, uint64_t *length)
+{
+    if (atomic_load(&h5_direct_mode) == 0 || n->info.ndim < 1)
+        return 1;
+    h5_quiet();
+    const h5d_plan *p = direct_plan_get(n, n->impl);
+    const h5_node *root = n->root->impl;
+    if (!p || root->fd < 0 || h5d_plan_contiguous_extent(p, offset, length))
+        return 1;
+    *fd = fcntl(root->fd, F_DUPFD_CLOEXEC, 0);
+    return *fd < 0 ? 1 : 0;
 }
 
 static int h5_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cellar_error *err)

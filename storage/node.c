@@ -290,6 +290,14 @@ static int check_array(node *n, const dim_sel *sel, cellar_error *err)
     return 0;
 }
 
+int node_file_extent(node *n, int *fd, uint64_t *offset, uint64_t *length)
+{
+    if (n->info.type != NODE_ARRAY || !dtype_is_numeric(n->info.dtype) ||
+        n->info.dtype == DT_BOOL || !n->ops->file_extent)
+        return 1;
+    return n->ops->file_extent(n, fd, offset, length);
+}
+
 int node_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cellar_error *err)
 {
     int rc = check_array(n, sel, err);

@@ -96,6 +96,14 @@ int node_memo(node *n, const void *key, node_memo_build_fn build, void *ctx,
  * touches. */
 int node_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cellar_error *err);
 
+/* When every value of numeric array n is stored as one run of bytes of a
+ * file, uncompressed and exactly as node_read returns the whole array
+ * (native byte order; not bool, whose stored bytes may be other than 0/1):
+ * a new descriptor of that file in *fd (the caller closes it), the run's
+ * offset and length, and 0.  Else 1 (read it with node_read).  Lets a
+ * whole array be answered from the file itself (sendfile). */
+int node_file_extent(node *n, int *fd, uint64_t *offset, uint64_t *length);
+
 /* Reads a selection of a string array as NUL-terminated UTF-8 strings into
  * out[product(counts)], each allocated from a.  Fixed-length strings lose
  * their NUL padding. */

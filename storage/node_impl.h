@@ -15,6 +15,8 @@ typedef struct node_ops {
     int (*read)(node *n, const dim_sel *sel, void *out, size_t out_bytes, cellar_error *err);
     int (*read_strings)(node *n, const dim_sel *sel, arena *a, char **out,
                         cellar_error *err);
+    /* Optional (NULL: never): see node_file_extent. */
+    int (*file_extent)(node *n, int *fd, uint64_t *offset, uint64_t *length);
     /* Releases the backend's part of one node (not its children). For the
      * root it is called last, after all descendants. */
     void (*destroy)(node *n);

@@ -115,7 +115,8 @@ def test_cors_exposes_headers(get):
     r = get(store_path(W.FRAME, "obs"), _headers=ORIGIN, columns="f32", format="bin")
     assert r.status_code == 200
     exposed = {h.strip().lower() for h in r.headers.get("Access-Control-Expose-Headers", "").split(",")}
-    for h in ("etag", "x-shape", "x-dtype", "content-length", "content-range"):
+    for h in ("etag", "x-shape", "x-dtype", "content-length", "content-range", "x-nnz",
+              "x-indptr-dtype", "x-indices-dtype", "x-column-index"):
         assert h in exposed, f"{h} not in Access-Control-Expose-Headers: {exposed}"
 
 
