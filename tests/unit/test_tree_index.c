@@ -731,3 +731,42 @@ void test_tree_json_treedata_quirks(void)
     CHECK_EQ(tree_index_node_count(tree_forest_get(f, "5")), 0);
     tree_forest_free(f);
 }
+
+/* Nodes and edges are added in batches: an error among the queued ones is
+ * still the one reported when a later one (bad attributes, bad JSON) fails
+ * the parse, and NaN / -Infinity cut by the end of a piece still become
+ * null, in any piece size. */
+void test_tree_json_batched_errors(void)
+{
+    static const char dup_then_bad[] =
+        "{\"t\": {\"nodes\": {\"a\": {}, \"b\": {}, \"a\": {}, \"c\": 5}}}";
+    static const char dup_then_syntax[] = "{\"t\": {\"nodes\": {\"a\": {}, \"a\": {}, ]";
+    static const char lengths[] =
+        "{\"t\": {\"edges\": {\"r\": {\"a\": {\"length\": NaN}, \"b\": {\"length\": -Infinity},"
+        " \"c\": {\"length\": 12.5e-1}}}, \"nodes\": {\"r\": {}, \"a\": {}, \"b\": {}, "
+        "\"c\": {}}}}";
+    cellar_error err;
+    CHECK(parse(dup_then_bad, &err) == NULL);
+    CHECK(strstr(err.detail, "'a' is listed twice") != NULL);
+    CHECK(parse(dup_then_syntax, &err) == NULL);
+    CHECK(strstr(err.detail, "'a' is listed twice") != NULL);
+    size_t len = strlen(lengths);
+    for (size_t step = 1; step <= 9; step++) {
+        cellar_error_clear(&err);
+        tree_json_reader *r = tree_json_reader_new();
+        for (size_t i = 0; i < len; i += step)
+            CHECK_EQ(tree_json_reader_feed(r, lengths + i, len - i < step ? len - i : step, &err),
+                     0);
+        tree_forest *f = NULL;
+        CHECK_EQ(tree_json_reader_finish(r, &f, &err), 0);
+        tree_json_reader_free(r);
+        const tree_index *t = f ? tree_forest_get(f, "t") : NULL;
+        CHECK(t != NULL);
+        if (t) {
+            CHECK_STR_EQ(tree_index_edge_attrs(t, node(t, "a")), "{\"length\":null}");
+            CHECK_STR_EQ(tree_index_edge_attrs(t, node(t, "b")), "{\"length\":null}");
+            CHECK_DBL_EQ(tree_index_branch_length(t, node(t, "c")), 1.25);
+        }
+        tree_forest_free(f);
+    }
+}
