@@ -321,7 +321,7 @@ static int attach_index(api_request *req, matrix_req *mr, cellar_error *err)
         .cache_dir = cfg ? cfg->cache_dir : NULL,
         .submit = cfg ? cfg->submit_background : NULL,
         .submit_ctx = cfg ? cfg->background_ctx : NULL,
-        .max_bytes = 0, /* no bound is configurable yet */
+        .max_bytes = req->config ? req->config->column_index_max_bytes : 0,
     };
     mr->ci_asked = 1;
     return column_index_get(req->store, &mr->m, &opts, &mr->ci, &mr->ci_state, &mr->ci_bytes,

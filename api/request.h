@@ -25,6 +25,7 @@ typedef struct api_config {
     uint64_t max_response_bytes;
     const char *cors_origin;
     const char *cache_dir;     /* --cache-dir (derived indexes kept across restarts), or NULL */
+    uint64_t column_index_max_bytes; /* --column-index-max-bytes: larger indexes are not built; 0 = any */
     /* Runs fn(arg) on a background worker (libuv's work queue); 0 when
      * accepted (fn then runs exactly once), nonzero when refused (not
      * running yet, or shutting down).  NULL: no background work. */

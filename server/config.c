@@ -39,6 +39,8 @@ static const option_def options[] = {
         "Access-Control-Allow-Origin value (default *)"),
     OPT("--cache-dir", "CELLAR_CACHE_DIR", OPT_STR, cache_dir,
         "where derived indexes are persisted (default: none)"),
+    OPT("--column-index-max-bytes", "CELLAR_COLUMN_INDEX_MAX_BYTES", OPT_U64, column_index_max_bytes,
+        "largest column index of a CSR matrix to build; larger ones scan (default 0 = any)"),
     OPT("--answer-cache-bytes", "CELLAR_ANSWER_CACHE_BYTES", OPT_SIZE, answer_cache_bytes,
         "memory for finished answers repeated requests reuse, 0 = off (default 67108864)"),
     OPT("--access-log", "CELLAR_ACCESS_LOG", OPT_BOOL, access_log,

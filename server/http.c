@@ -924,6 +924,7 @@ http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
     h->api_cfg.max_response_bytes = cfg->max_response_bytes;
     h->api_cfg.cors_origin = cfg->cors_origin;
     h->api_cfg.cache_dir = cfg->cache_dir;
+    h->api_cfg.column_index_max_bytes = cfg->column_index_max_bytes;
     h->api_cfg.submit_background = submit_background;
     h->api_cfg.background_ctx = h;
     pthread_mutex_init(&h->bg_lock, NULL);

@@ -591,6 +591,26 @@ def test_column_index_without_cache_dir(mroot, server_factory):
         check(srv, path, want[5:30], "json", cols=cols, rows="5:30")
 
 
+def test_column_index_over_the_bound_scans(mroot, server_factory):
+    """--column-index-max-bytes: an index that would be larger is never
+    built; gene columns are still right (by scanning) and say why."""
+    root, names = mroot
+    name = names["sparse-gzip-h5"]
+    a = mw.read_reference(root / name)
+    srv = server_factory(root, "--column-index-max-bytes", "64")
+    path = store_path(name, "X")
+    for _ in range(3):
+        for gene in ["G3", "G2"]:
+            got, state = gene_column(srv, path, gene)
+            assert state == "over_limit"
+            np.testing.assert_array_equal(got, mw.dense(a[:, gene].X))
+    summary = srv.get(store_path(name)).json()
+    assert summary["X"]["column_index"]["state"] == "over_limit"
+    # Without the bound the same store builds its index.
+    free = server_factory(root)
+    wait_ready(free, path, var_names="G3")
+
+
 # ------------------------------------------------------------ uns
 def test_uns(msrv, mroot, mref):
     name = mroot[1]["dense-h5"]
