@@ -7,8 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Decimal digits of v at out (NUL-terminated), without printf. */
-static size_t fmt_u64(uint64_t v, char *out)
+size_t fmt_u64(uint64_t v, char *out)
 {
     char t[24];
     size_t n = 0;

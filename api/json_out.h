@@ -30,6 +30,8 @@
  * NUMBER_TEXT_MAX bytes) and returns its length; an integral value gets a
  * trailing ".0" like Python's repr.  Returns 0 (and writes "") for NaN and
  * infinities. */
+/* Decimal digits of v at out (NUL-terminated, at most 21 bytes), without printf. */
+size_t fmt_u64(uint64_t v, char *out);
 size_t fmt_f64(double v, char *out);
 size_t fmt_f32(float v, char *out);
 

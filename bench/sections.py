@@ -255,6 +255,21 @@ def run_trees(cfg, workdir):
     return tree_markdown(cfg, out, queries), tree_targets(out, queries)
 
 
+def measure_queries(cfg, workdir, srv, store, st, queries, conns):
+    """Each query (id, label, paths) under wrk at each connection count, into
+    st[id]; a first path answering other than 200 is noted instead."""
+    for qid, _, paths in queries:
+        _, status, _, body = timed_get(srv.base + paths[0])
+        if status != 200:
+            st[qid] = {"note": f"HTTP {status}"}
+            R.log(f"{store} {qid}: HTTP {status} {body[:300]!r}")
+            continue
+        st[qid] = {"body_bytes": len(body)}
+        for c in conns:
+            st[qid][c] = wrk_paths(cfg, workdir, srv.base, f"{store}-{qid}", paths, c,
+                                   cpu_pid=srv.pid())
+
+
 def run_tree_queries(cfg, root, workdir, store, st, queries, conns, cached):
     """The queries with (cached) or without the answer cache, on one cellar."""
     srv = start_cellar(cfg, root, workdir, f"trees-{store}-{'cached' if cached else 'fresh'}",
@@ -262,19 +277,9 @@ def run_tree_queries(cfg, root, workdir, store, st, queries, conns, cached):
     try:
         R.reset_peak_rss(srv.pid())
         base_path = f"/v1/stores/{store}/obst/lineage/"
-        for qid, _, paths in queries:
-            if qid.endswith(CACHED_SUFFIX) != cached:
-                continue
-            full = [base_path + p for p in paths]
-            _, status, _, body = timed_get(srv.base + full[0])
-            if status != 200:
-                st[qid] = {"note": f"HTTP {status}"}
-                R.log(f"{store} {qid}: HTTP {status} {body[:300]!r}")
-                continue
-            st[qid] = {"body_bytes": len(body)}
-            for c in conns:
-                st[qid][c] = wrk_paths(cfg, workdir, srv.base, f"{store}-{qid}", full, c,
-                                       cpu_pid=srv.pid())
+        mine = [(qid, label, [base_path + p for p in paths]) for qid, label, paths in queries
+                if qid.endswith(CACHED_SUFFIX) == cached]
+        measure_queries(cfg, workdir, srv, store, st, mine, conns)
         hwm = R.read_status_kb(srv.pid(), "VmHWM")
         st["hwm_kb"] = max(st.get("hwm_kb") or 0, hwm or 0)
     finally:
@@ -471,16 +476,7 @@ def run_matrix_store(cfg, root, workdir, store, m):
         secs, status, headers, _ = timed_get(srv.base + gene_path)
         st["indexed"] = {"seconds": secs, "header": headers.get("X-Column-Index")}
         R.reset_peak_rss(pid)
-        for qid, _, paths in queries:
-            _, status, _, body = timed_get(srv.base + paths[0])
-            if status != 200:
-                st[qid] = {"note": f"HTTP {status}"}
-                R.log(f"{store} {qid}: HTTP {status} {body[:300]!r}")
-                continue
-            st[qid] = {"body_bytes": len(body)}
-            for c in MATRIX_CONNS:
-                st[qid][c] = wrk_paths(cfg, workdir, srv.base, f"{store}-{qid}", paths, c,
-                                       cpu_pid=pid)
+        measure_queries(cfg, workdir, srv, store, st, queries, MATRIX_CONNS)
         st["hwm_kb"] = R.read_status_kb(pid, "VmHWM")
     finally:
         srv.stop()

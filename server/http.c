@@ -18,6 +18,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "api/json_out.h"
 #include "api/problem.h"
 #include "api/request.h"
 #include "server/answer_cache.h"
@@ -693,20 +694,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return dispatch(ctx, conn, url);
 }
 
-/* Appends the decimal digits of v at p; returns the end. */
-static char *put_u64(char *p, uint64_t v)
-{
-    char digits[20];
-    int n = 0;
-    do {
-        digits[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n)
-        *p++ = digits[--n];
-    return p;
-}
-
 /* "METHOD PATH STATUS BYTES MICROSECONDS\n", put together by hand: this runs
  * once per request and printf's parsing was a visible share of a small one. */
 static void log_request(FILE *log, const request_ctx *ctx, uint64_t us)
@@ -717,11 +704,11 @@ static void log_request(FILE *log, const request_ctx *ctx, uint64_t us)
     char numbers[80];
     char *p = numbers;
     *p++ = ' ';
-    p = put_u64(p, (uint64_t)(ctx->status < 0 ? 0 : ctx->status));
+    p += fmt_u64((uint64_t)(ctx->status < 0 ? 0 : ctx->status), p);
     *p++ = ' ';
-    p = put_u64(p, ctx->bytes_out);
+    p += fmt_u64(ctx->bytes_out, p);
     *p++ = ' ';
-    p = put_u64(p, us);
+    p += fmt_u64(us, p);
     *p++ = '\n';
     flockfile(log);
     fwrite_unlocked(method, 1, ml, log);
