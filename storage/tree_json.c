@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <yajl/yajl_gen.h>
 #include <yajl/yajl_parse.h>
 
@@ -461,13 +462,15 @@ tree_builder *tree_builder_new(const char *what)
     return b;
 }
 
+static void heads_unmap(tree_builder *b);
+
 void tree_builder_free(tree_builder *b)
 {
     if (!b)
         return;
     arena_free(b->a);
     free(b->what);
-    free(b->heads);
+    heads_unmap(b);
     free(b->btext);
     free(b->dedup);
     free(b->slot);
@@ -555,6 +558,32 @@ static size_t head_size(size_t id_len)
     return sizeof(node_head) + ((id_len + 1 + 7) & ~(size_t)7);
 }
 
+/* The heads live in a mapping of their own, grown with mremap: grown with
+ * realloc they were copied while malloc's mmap threshold kept them in the
+ * heap, and the old copies stayed resident (tens of MB at 1M nodes). */
+static int heads_grow(tree_builder *b, size_t need)
+{
+    size_t cap = b->heads_cap ? b->heads_cap : 64 * 1024;
+    while (cap < need)
+        cap *= 2;
+    void *p = b->heads ? mremap(b->heads, b->heads_cap, cap, MREMAP_MAYMOVE)
+                       : mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                              -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    b->heads = p;
+    b->heads_cap = cap;
+    return 0;
+}
+
+static void heads_unmap(tree_builder *b)
+{
+    if (b->heads)
+        munmap(b->heads, b->heads_cap);
+    b->heads = NULL;
+    b->heads_cap = b->heads_len = 0;
+}
+
 /* Appends a head for a new node; its offset / 8, or -1 when out of memory
  * (or past what a slot can address). */
 static int64_t add_head(tree_builder *b, const char *id, size_t len)
@@ -563,16 +592,8 @@ static int64_t add_head(tree_builder *b, const char *id, size_t len)
     if (b->n == INT32_MAX - 1 || b->heads_len + need < need ||
         (b->heads_len + need) / 8 > UINT32_MAX)
         return -1;
-    if (b->heads_len + need > b->heads_cap) {
-        size_t cap = b->heads_cap ? b->heads_cap : 4096;
-        while (cap < b->heads_len + need)
-            cap *= 2;
-        char *p = realloc(b->heads, cap);
-        if (!p)
-            return -1;
-        b->heads = p;
-        b->heads_cap = cap;
-    }
+    if (b->heads_len + need > b->heads_cap && heads_grow(b, b->heads_len + need) < 0)
+        return -1;
     uint64_t unit = b->heads_len / 8;
     node_head *h = head_at(b, unit);
     *h = (node_head){.v = b->n, .decl = -1, .attrs = empty_attrs};
@@ -1202,8 +1223,7 @@ static int take_nodes(tree_builder *b, tree_parts *p)
         p->slot_cap = b->slot_cap;
         p->slot = slots_renumbered(b);
     }
-    free(b->heads);
-    b->heads = NULL;
+    heads_unmap(b);
     return 0;
 }
 

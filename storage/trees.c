@@ -325,6 +325,7 @@ static int load_tree_group(node *tg, const char *what, tree_index **out, cellar_
                                     (const char *const *)dst, n_ecols, ecols, err);
     arena_free(a);
     a = NULL;
+    malloc_trim(0); /* the edge columns' memory, before the index is built */
     if (!rc) {
         rc = tree_builder_finish(b, out, err);
         b = NULL;
