@@ -23,6 +23,7 @@ typedef struct zarr_store {
     int version;
     json_t *root_doc; /* v3: the root zarr.json */
     json_t *cmeta;    /* consolidated: relpath keys -> documents; NULL when none */
+    uint64_t cache_id; /* this version's entries in the chunk cache */
 } zarr_store;
 
 typedef struct zarr_node {
@@ -218,6 +219,7 @@ static void zarr_store_free(zarr_store *s)
 {
     if (!s)
         return;
+    zarr_cache_drop_store(s->cache_id);
     json_decref(s->root_doc);
     json_decref(s->cmeta);
     free(s->dir);
@@ -281,6 +283,8 @@ static int make_node(node *parent, const char *name, zarr_store *s, int owns_sto
                          : zarr_array_parse_v2(m->array, &zn->arr, n->path, err);
     if (rc)
         goto done;
+    zn->arr.cache_store = s->cache_id;
+    zn->arr.cache_array = zarr_cache_new_id();
     const zarr_array *za = &zn->arr;
     n->info.type = NODE_ARRAY;
     n->info.ndim = za->ndim;
@@ -533,6 +537,7 @@ int zarr_open(const char *dir, node **root, cellar_error *err)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", dir);
     }
     s->version = version;
+    s->cache_id = zarr_cache_new_id();
     int rc = 0, missing = 0;
     if (version == 3) {
         rc = load_json(dir, "", "zarr.json", &s->root_doc, &missing, err);

@@ -17,6 +17,7 @@
 #define CELLAR_ZARR_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/error.h"
 #include "storage/node.h"
@@ -51,5 +52,18 @@ int zarr_build_consolidated(const char *dir, char **json_text, size_t *len, cell
  * CELLAR_EFORMAT, CELLAR_EIO, CELLAR_ENOMEM. */
 int zarr_build_consolidated_v3(const char *dir, char **json_text, size_t *len,
                                cellar_error *err);
+
+/* The cache of decoded zarr chunks (and shard indexes), shared by every
+ * store and thread: entries belong to one store version and go when it is
+ * freed; the least recently used go first when the bytes pass the limit.
+ * Default limit 64 MiB; 0 turns the cache off.  A chunk larger than a
+ * quarter of the limit is decoded for its read and not kept. */
+typedef struct zarr_chunk_cache_stats {
+    size_t bytes, entries, limit;
+    uint64_t hits, misses;
+} zarr_chunk_cache_stats;
+
+void zarr_chunk_cache_set_limit(size_t bytes);
+void zarr_chunk_cache_get_stats(zarr_chunk_cache_stats *out);
 
 #endif

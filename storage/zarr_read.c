@@ -21,26 +21,38 @@
 /* A stored chunk file may not be larger than this. */
 #define ZARR_MAX_FILE (CODEC_MAX_DECODED + ((size_t)1 << 20))
 
-/* The selected positions along one axis, grouped by the chunk they fall in. */
+/* The selected positions along one axis, grouped by the chunk they fall in.
+ * A slice's groups are computed per chunk, not per position, and its
+ * entries are implicit: entry k is output position k, at offset
+ * start + k * step - chunk * csize in its chunk.  A list keeps its entries
+ * (out, off), sorted by chunk when its order is not already grouped. */
 typedef struct dim_plan {
+    const dim_sel *s;
+    int64_t csize;
     int64_t ngroups;
     int64_t *gchunk, *gstart, *glen;
     uint8_t *gcontig; /* output and chunk offsets both ascend by one */
-    int64_t *out, *off;
+    int64_t *out, *off; /* lists only */
 } dim_plan;
 
+/* A decoded chunk: borrowed from a cache entry (ref) or owned. */
 typedef struct zchunk {
-    uint8_t *buf;
+    const uint8_t *buf;
     size_t len;
-    codec_vlen_item *items;
+    const codec_vlen_item *items;
+    const zarr_cached *ref;
+    uint8_t *own;
+    codec_vlen_item *own_items;
 } zchunk;
 
-/* One shard with its index loaded. */
+/* One shard with its index loaded; its file is opened when an inner chunk
+ * must be read (a cached index needs none). */
 typedef struct shard_slot {
     int used, missing, fd;
     int64_t coord[NODE_MAX_DIMS];
-    uint64_t size;
-    uint64_t *pairs; /* 2 * nin: (offset, nbytes) */
+    const uint64_t *pairs; /* 2 * nin: (offset, nbytes) */
+    const zarr_cached *ref; /* holds pairs when cached */
+    uint64_t *own;          /* holds pairs when not */
     char key[512];
 } shard_slot;
 
@@ -71,6 +83,16 @@ typedef struct zread {
     int nslots, victim;
     char key[512];
 } zread;
+
+static inline int64_t ent_out(const dim_plan *p, int64_t k)
+{
+    return p->out ? p->out[k] : k;
+}
+
+static inline int64_t ent_off(const dim_plan *p, int64_t k, int64_t c)
+{
+    return p->off ? p->off[k] : p->s->start + k * p->s->step - c * p->csize;
+}
 
 typedef struct sort_item {
     int64_t c, i, off;
@@ -111,23 +133,55 @@ static void plan_free(dim_plan *p)
     free(p->off);
 }
 
-static int plan_dim(const dim_sel *s, int64_t csize, dim_plan *p)
+static int plan_alloc_groups(dim_plan *p, size_t n)
 {
-    size_t n = (size_t)(s->count ? s->count : 1);
-    memset(p, 0, sizeof *p);
     p->gchunk = malloc(n * sizeof(int64_t));
     p->gstart = malloc(n * sizeof(int64_t));
     p->glen = malloc(n * sizeof(int64_t));
     p->gcontig = malloc(n);
+    return p->gchunk && p->gstart && p->glen && p->gcontig ? 0 : -1;
+}
+
+/* A slice's groups: one step per chunk it crosses. */
+static int plan_slice(const dim_sel *s, int64_t csize, dim_plan *p)
+{
+    int64_t last = s->start + (s->count - 1) * s->step;
+    int64_t lo = s->step > 0 ? s->start : last, hi = s->step > 0 ? last : s->start;
+    int64_t span = hi / csize - lo / csize + 1;
+    size_t n = (size_t)(s->count < span ? s->count : span);
+    if (plan_alloc_groups(p, n ? n : 1))
+        return -1;
+    for (int64_t k = 0; k < s->count;) {
+        int64_t pos = s->start + k * s->step, c = pos / csize, len;
+        if (s->step > 0)
+            len = ((c + 1) * csize - 1 - pos) / s->step + 1;
+        else
+            len = (pos - c * csize) / -s->step + 1;
+        if (len > s->count - k)
+            len = s->count - k;
+        int64_t g = p->ngroups++;
+        p->gchunk[g] = c;
+        p->gstart[g] = k;
+        p->glen[g] = len;
+        p->gcontig[g] = s->step == 1;
+        k += len;
+    }
+    return 0;
+}
+
+static int plan_list(const dim_sel *s, int64_t csize, dim_plan *p)
+{
+    size_t n = (size_t)(s->count ? s->count : 1);
     p->out = malloc(n * sizeof(int64_t));
     p->off = malloc(n * sizeof(int64_t));
-    if (!p->gchunk || !p->gstart || !p->glen || !p->gcontig || !p->out || !p->off)
+    if (plan_alloc_groups(p, n) || !p->out || !p->off)
         return -1;
-    if (!s->index) {
-        for (int64_t i = 0; i < s->count; i++) {
-            int64_t pos = s->start + i * s->step;
-            plan_add(p, i, i, pos / csize, pos % csize);
-        }
+    int grouped = 1;
+    for (int64_t i = 1; i < s->count && grouped; i++)
+        grouped = s->index[i - 1] / csize <= s->index[i] / csize;
+    if (grouped) {
+        for (int64_t i = 0; i < s->count; i++)
+            plan_add(p, i, i, s->index[i] / csize, s->index[i] % csize);
         return 0;
     }
     sort_item *t = malloc(n * sizeof *t);
@@ -143,6 +197,16 @@ static int plan_dim(const dim_sel *s, int64_t csize, dim_plan *p)
         plan_add(p, k, t[k].i, t[k].c, t[k].off);
     free(t);
     return 0;
+}
+
+static int plan_dim(const dim_sel *s, int64_t csize, dim_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    p->s = s;
+    p->csize = csize;
+    if (s->count <= 0)
+        return plan_alloc_groups(p, 1);
+    return s->index ? plan_list(s, csize, p) : plan_slice(s, csize, p);
 }
 
 /* ---- files -------------------------------------------------------------- */
@@ -207,8 +271,61 @@ static void make_key(zread *r, const int64_t *coords)
 
 /* ---- decoding ----------------------------------------------------------- */
 
-/* Decodes raw (owned, freed here) with the chain into c. */
-static int chunk_decode(zread *r, uint8_t *raw, size_t n, zchunk *c, cellar_error *err)
+static void chunk_free(zchunk *c)
+{
+    zarr_cache_release(c->ref);
+    free(c->own);
+    free(c->own_items);
+    memset(c, 0, sizeof *c);
+}
+
+static void cache_key(const zread *r, const int64_t *coords, uint32_t kind, zarr_cache_key *k)
+{
+    memset(k, 0, sizeof *k);
+    k->store = r->za->cache_store;
+    k->array = r->za->cache_array;
+    k->kind = kind;
+    memcpy(k->coords, coords, (size_t)r->ndim * sizeof *coords);
+}
+
+/* Hands the decoded buffers to the cache (when the array has a cache
+ * identity) and points c at what it keeps. */
+static int chunk_keep(zread *r, const int64_t *coords, uint8_t *buf, size_t len,
+                      codec_vlen_item *items, zchunk *c, cellar_error *err)
+{
+    if (!r->za->cache_array) {
+        c->buf = c->own = buf;
+        c->len = len;
+        c->items = c->own_items = items;
+        return 0;
+    }
+    zarr_cache_key k;
+    cache_key(r, coords, ZARR_CACHE_CHUNK, &k);
+    c->ref = zarr_cache_put(&k, buf, len, items, items ? (size_t)r->elems : 0);
+    if (!c->ref)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", r->what);
+    c->buf = zarr_cached_buf(c->ref, &c->len, &c->items);
+    return 0;
+}
+
+/* A decoded chunk from the cache: 1 when found. */
+static int chunk_cached(zread *r, const int64_t *coords, zchunk *c)
+{
+    if (!r->za->cache_array)
+        return 0;
+    zarr_cache_key k;
+    cache_key(r, coords, ZARR_CACHE_CHUNK, &k);
+    c->ref = zarr_cache_get(&k);
+    if (!c->ref)
+        return 0;
+    c->buf = zarr_cached_buf(c->ref, &c->len, &c->items);
+    return 1;
+}
+
+/* Decodes raw (owned, freed here) with the chain into c; the chunk is the
+ * one at coords (for the cache). */
+static int chunk_decode(zread *r, const int64_t *coords, uint8_t *raw, size_t n, zchunk *c,
+                        cellar_error *err)
 {
     const zarr_array *za = r->za;
     const zarr_chain *ch = r->ch;
@@ -218,39 +335,41 @@ static int chunk_decode(zread *r, uint8_t *raw, size_t n, zchunk *c, cellar_erro
     size_t a2b_size = vlen ? CODEC_SIZE_UNKNOWN : (size_t)r->elems * za->itemsize;
     uint8_t *cur = raw;
     size_t curn = n;
+    codec_vlen_item *items = NULL;
+    int rc = 0;
     for (int i = ch->nb2b - 1; i >= 0; i--) {
         uint8_t *next = NULL;
         size_t nn = 0;
-        int rc = codec_decode(ch->b2b[i], cur, curn, i == 0 ? a2b_size : CODEC_SIZE_UNKNOWN,
-                              CODEC_MAX_DECODED, &next, &nn, what, err);
+        rc = codec_decode(ch->b2b[i], cur, curn, i == 0 ? a2b_size : CODEC_SIZE_UNKNOWN,
+                          CODEC_MAX_DECODED, &next, &nn, what, err);
         free(cur);
-        if (rc)
-            return rc;
         cur = next;
+        if (rc)
+            goto fail;
         curn = nn;
     }
-    c->buf = cur;
-    c->len = curn;
-    if (!vlen && curn != a2b_size)
-        return cellar_fail(err, CELLAR_EFORMAT, "%s holds %zu bytes, expected %zu", what, curn,
-                           a2b_size);
-    if (vlen) {
-        c->items = malloc((size_t)(r->elems ? r->elems : 1) * sizeof *c->items);
-        if (!c->items)
-            return cellar_fail(err, CELLAR_ENOMEM, "out of memory decoding %s", what);
-        return codec_vlen_decode(cur, curn, r->elems, za->kind == ZK_VLEN_UTF8, c->items, what,
-                                 err);
+    if (!vlen && curn != a2b_size) {
+        rc = cellar_fail(err, CELLAR_EFORMAT, "%s holds %zu bytes, expected %zu", what, curn,
+                         a2b_size);
+        goto fail;
     }
-    if (za->kind == ZK_NUMERIC && ch->big_endian != HOST_BIG_ENDIAN)
+    if (vlen) {
+        items = malloc((size_t)(r->elems ? r->elems : 1) * sizeof *items);
+        if (!items) {
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory decoding %s", what);
+            goto fail;
+        }
+        rc = codec_vlen_decode(cur, curn, r->elems, za->kind == ZK_VLEN_UTF8, items, what, err);
+        if (rc)
+            goto fail;
+    } else if (za->kind == ZK_NUMERIC && ch->big_endian != HOST_BIG_ENDIAN) {
         codec_byteswap(cur, (size_t)r->elems, za->itemsize);
-    return 0;
-}
-
-static void chunk_free(zchunk *c)
-{
-    free(c->buf);
-    free(c->items);
-    memset(c, 0, sizeof *c);
+    }
+    return chunk_keep(r, coords, cur, curn, items, c, err);
+fail:
+    free(cur);
+    free(items);
+    return rc;
 }
 
 /* ---- copying ------------------------------------------------------------ */
@@ -293,8 +412,10 @@ static void put_number(zread *r, const zchunk *c, int64_t src, int64_t dst)
 }
 
 /* Copies the selected elements of the chunk at group indices gidx (c NULL:
- * the chunk is missing, use the fill value). */
-static int copy_chunk(zread *r, const int64_t *gidx, const zchunk *c, cellar_error *err)
+ * the chunk is missing, use the fill value).  A run that ascends by one both
+ * in the chunk's last axis and in the output is one memcpy. */
+static int copy_chunk(zread *r, const int64_t *gidx, const int64_t *coords, const zchunk *c,
+                      cellar_error *err)
 {
     int nd = r->ndim;
     int strings = r->za->dtype == DT_STRING;
@@ -305,21 +426,21 @@ static int copy_chunk(zread *r, const int64_t *gidx, const zchunk *c, cellar_err
         k[d] = r->plan[d].gstart[gidx[d]];
     const dim_plan *lp = &r->plan[nd - 1];
     int64_t lg = gidx[nd - 1], lstart = lp->gstart[lg], llen = lp->glen[lg];
-    int fast = c && !strings && r->za->dtype != DT_BOOL && lp->gcontig[lg] &&
-               r->strides[nd - 1] == 1;
+    int64_t lc = coords[nd - 1], lstride = r->strides[nd - 1];
+    int fast = c && !strings && r->za->dtype != DT_BOOL && lp->gcontig[lg] && lstride == 1;
     for (;;) {
         int64_t sb = 0, db = 0;
         for (int d = 0; d < nd - 1; d++) {
-            sb += r->plan[d].off[k[d]] * r->strides[d];
-            db += r->plan[d].out[k[d]] * r->ostride[d];
+            sb += ent_off(&r->plan[d], k[d], coords[d]) * r->strides[d];
+            db += ent_out(&r->plan[d], k[d]) * r->ostride[d];
         }
         if (fast) {
-            int64_t s0 = sb + lp->off[lstart], d0 = db + lp->out[lstart];
+            int64_t s0 = sb + ent_off(lp, lstart, lc), d0 = db + ent_out(lp, lstart);
             memcpy(r->out + (size_t)d0 * r->es, c->buf + (size_t)s0 * r->es,
                    (size_t)llen * r->es);
         } else {
             for (int64_t j = lstart; j < lstart + llen; j++) {
-                int64_t s = sb + lp->off[j] * r->strides[nd - 1], dd = db + lp->out[j];
+                int64_t s = sb + ent_off(lp, j, lc) * lstride, dd = db + ent_out(lp, j);
                 if (strings) {
                     int rc = put_string(r, c, s, dd, err);
                     if (rc)
@@ -346,6 +467,9 @@ static int copy_chunk(zread *r, const int64_t *gidx, const zchunk *c, cellar_err
 static int read_whole_chunk(zread *r, const int64_t *coords, zchunk *c, int *missing,
                             cellar_error *err)
 {
+    *missing = 0;
+    if (chunk_cached(r, coords, c))
+        return 0;
     make_key(r, coords);
     int fd = -1;
     uint64_t size = 0;
@@ -368,7 +492,7 @@ static int read_whole_chunk(zread *r, const int64_t *coords, zchunk *c, int *mis
     snprintf(what, sizeof what, "chunk '%s' of '%s'", r->key, r->what);
     rc = pread_all(fd, raw, (size_t)size, 0, what, err);
     if (!rc) {
-        rc = chunk_decode(r, raw, (size_t)size, c, err);
+        rc = chunk_decode(r, coords, raw, (size_t)size, c, err);
         raw = NULL;
     }
 done:
@@ -377,50 +501,88 @@ done:
     return rc;
 }
 
+static void slot_clear(shard_slot *sl)
+{
+    if (sl->fd >= 0)
+        close(sl->fd);
+    zarr_cache_release(sl->ref);
+    free(sl->own);
+    memset(sl, 0, sizeof *sl);
+    sl->fd = -1;
+}
+
 static void shards_close(zread *r)
 {
-    for (int i = 0; i < r->nslots; i++) {
-        if (r->slots[i].fd >= 0)
-            close(r->slots[i].fd);
-        free(r->slots[i].pairs);
-        memset(&r->slots[i], 0, sizeof r->slots[i]);
-        r->slots[i].fd = -1;
+    for (int i = 0; i < r->nslots; i++)
+        slot_clear(&r->slots[i]);
+}
+
+/* Reads and decodes the index of the shard open in sl. */
+static int shard_index_load(zread *r, shard_slot *sl, uint64_t size, cellar_error *err)
+{
+    const zarr_array *za = r->za;
+    char what[700];
+    snprintf(what, sizeof what, "shard '%s' of '%s'", sl->key, r->what);
+    size_t isz = (size_t)r->nin * 16 + (za->index_crc ? 4 : 0);
+    if (size < isz)
+        return cellar_fail(err, CELLAR_EFORMAT, "%s is smaller than its index", what);
+    uint64_t *pairs = malloc((size_t)r->nin * 2 * sizeof *pairs);
+    uint8_t *idx = malloc(isz);
+    int rc = 0;
+    if (!pairs || !idx) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", what);
+        goto done;
     }
+    rc = pread_all(sl->fd, idx, isz, za->index_at_start ? 0 : size - isz, what, err);
+    if (!rc)
+        rc = codec_shard_index_decode(idx, isz, r->nin, za->index_big_endian, za->index_crc,
+                                      size, pairs, what, err);
+    if (rc)
+        goto done;
+    if (!za->cache_array) {
+        sl->pairs = sl->own = pairs;
+        pairs = NULL;
+        goto done;
+    }
+    zarr_cache_key k;
+    cache_key(r, sl->coord, ZARR_CACHE_SHARD_INDEX, &k);
+    sl->ref = zarr_cache_put(&k, (uint8_t *)pairs, (size_t)r->nin * 2 * sizeof *pairs, NULL, 0);
+    pairs = NULL;
+    if (!sl->ref) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", what);
+        goto done;
+    }
+    size_t len;
+    sl->pairs = (const uint64_t *)zarr_cached_buf(sl->ref, &len, NULL);
+done:
+    free(idx);
+    free(pairs);
+    return rc;
 }
 
 static int shard_load(zread *r, shard_slot *sl, const int64_t *scoord, cellar_error *err)
 {
-    const zarr_array *za = r->za;
-    if (sl->fd >= 0)
-        close(sl->fd);
-    sl->fd = -1;
-    sl->used = 0;
+    slot_clear(sl);
     make_key(r, scoord);
     memcpy(sl->key, r->key, sizeof sl->key);
-    int rc = open_key(r, &sl->fd, &sl->size, err);
+    memcpy(sl->coord, scoord, sizeof sl->coord);
+    if (r->za->cache_array) {
+        zarr_cache_key k;
+        cache_key(r, scoord, ZARR_CACHE_SHARD_INDEX, &k);
+        if ((sl->ref = zarr_cache_get(&k))) {
+            size_t len;
+            sl->pairs = (const uint64_t *)zarr_cached_buf(sl->ref, &len, NULL);
+            sl->used = 1;
+            return 0;
+        }
+    }
+    uint64_t size = 0;
+    int rc = open_key(r, &sl->fd, &size, err);
     if (rc)
         return rc;
-    memcpy(sl->coord, scoord, sizeof sl->coord);
     sl->missing = sl->fd < 0;
-    if (sl->missing) {
-        sl->used = 1;
-        return 0;
-    }
-    char what[700];
-    snprintf(what, sizeof what, "shard '%s' of '%s'", r->key, r->what);
-    size_t isz = (size_t)r->nin * 16 + (za->index_crc ? 4 : 0);
-    if (sl->size < isz)
-        return cellar_fail(err, CELLAR_EFORMAT, "%s is smaller than its index", what);
-    if (!sl->pairs && !(sl->pairs = malloc((size_t)r->nin * 2 * sizeof *sl->pairs)))
-        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", what);
-    uint8_t *idx = malloc(isz);
-    if (!idx)
-        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", what);
-    rc = pread_all(sl->fd, idx, isz, za->index_at_start ? 0 : sl->size - isz, what, err);
-    if (!rc)
-        rc = codec_shard_index_decode(idx, isz, r->nin, za->index_big_endian, za->index_crc,
-                                      sl->size, sl->pairs, what, err);
-    free(idx);
+    if (!sl->missing)
+        rc = shard_index_load(r, sl, size, err);
     sl->used = rc == 0;
     return rc;
 }
@@ -442,6 +604,9 @@ static int shard_find(zread *r, const int64_t *scoord, shard_slot **out, cellar_
 static int read_inner_chunk(zread *r, const int64_t *coords, zchunk *c, int *missing,
                             cellar_error *err)
 {
+    *missing = 0;
+    if (chunk_cached(r, coords, c))
+        return 0;
     int64_t scoord[NODE_MAX_DIMS] = {0};
     uint64_t lin = 0;
     for (int d = 0; d < r->ndim; d++) {
@@ -461,6 +626,15 @@ static int read_inner_chunk(zread *r, const int64_t *coords, zchunk *c, int *mis
     char what[700];
     snprintf(what, sizeof what, "inner chunk %llu of shard '%s' of '%s'",
              (unsigned long long)lin, sl->key, r->what);
+    if (sl->fd < 0) {
+        /* The index came from the cache: open the shard now. */
+        uint64_t size = 0;
+        rc = open_key(r, &sl->fd, &size, err);
+        if (rc)
+            return rc;
+        if (sl->fd < 0)
+            return cellar_fail(err, CELLAR_EIO, "%s disappeared", what);
+    }
     if (nb > ZARR_MAX_FILE)
         return cellar_fail(err, CELLAR_EFORMAT, "%s is too large", what);
     uint8_t *raw = malloc(nb ? (size_t)nb : 1);
@@ -471,7 +645,7 @@ static int read_inner_chunk(zread *r, const int64_t *coords, zchunk *c, int *mis
         free(raw);
         return rc;
     }
-    return chunk_decode(r, raw, (size_t)nb, c, err);
+    return chunk_decode(r, coords, raw, (size_t)nb, c, err);
 }
 
 /* ---- entry -------------------------------------------------------------- */
@@ -480,6 +654,9 @@ static int read_all_chunks(zread *r, cellar_error *err)
 {
     int nd = r->ndim;
     int64_t gidx[NODE_MAX_DIMS] = {0}, coords[NODE_MAX_DIMS] = {0};
+    for (int d = 0; d < nd; d++)
+        if (r->plan[d].ngroups == 0)
+            return 0;
     for (;;) {
         for (int d = 0; d < nd; d++)
             coords[d] = r->plan[d].gchunk[gidx[d]];
@@ -488,7 +665,7 @@ static int read_all_chunks(zread *r, cellar_error *err)
         int rc = r->za->sharded ? read_inner_chunk(r, coords, &c, &missing, err)
                                 : read_whole_chunk(r, coords, &c, &missing, err);
         if (!rc)
-            rc = copy_chunk(r, gidx, missing ? NULL : &c, err);
+            rc = copy_chunk(r, gidx, coords, missing ? NULL : &c, err);
         chunk_free(&c);
         if (rc)
             return rc;

@@ -45,7 +45,10 @@ static void rm_tree(char *dir)
     free(dir);
 }
 
-static void put(const char *root, const char *rel, const void *data, size_t n)
+/* Writes root/rel, making its directories; shared with test_zarr_chunks.c. */
+void zarr_test_put(const char *root, const char *rel, const void *data, size_t n);
+
+void zarr_test_put(const char *root, const char *rel, const void *data, size_t n)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", root, rel);
@@ -67,7 +70,7 @@ static void put(const char *root, const char *rel, const void *data, size_t n)
 
 static void put_text(const char *root, const char *rel, const char *text)
 {
-    put(root, rel, text, strlen(text));
+    zarr_test_put(root, rel, text, strlen(text));
 }
 
 /* A growable byte buffer for building chunks. */
@@ -252,10 +255,10 @@ static void put_grid(const char *root, const char *arr, int64_t rows, int64_t co
                      (long long)ci, sep, (long long)cj);
             if (encode) {
                 bytes b = encode(c, (size_t)(cr * cc) * 4);
-                put(root, key, b.p, b.n);
+                zarr_test_put(root, key, b.p, b.n);
                 free(b.p);
             } else {
-                put(root, key, c, (size_t)(cr * cc) * 4);
+                zarr_test_put(root, key, c, (size_t)(cr * cc) * 4);
             }
             free(c);
         }
@@ -306,11 +309,11 @@ void test_zarr_v2_numeric(void)
              "{\"zarr_format\":2,\"shape\":[4],\"chunks\":[2],\"dtype\":\"<f8\","
              "\"compressor\":null,\"filters\":null,\"fill_value\":\"NaN\",\"order\":\"C\"}");
     double d0[2] = {1.5, -2.25};
-    put(dir, "g/nanf/0", d0, sizeof d0);
+    zarr_test_put(dir, "g/nanf/0", d0, sizeof d0);
     put_text(dir, "g/null/.zarray",
              "{\"zarr_format\":2,\"shape\":[],\"chunks\":[],\"dtype\":\"|b1\","
              "\"compressor\":null,\"filters\":null,\"fill_value\":false,\"order\":\"C\"}");
-    put(dir, "g/null/0", "\x07", 1);
+    zarr_test_put(dir, "g/null/0", "\x07", 1);
 
     CHECK_EQ(zarr_store_version(dir), 2);
     node *root = NULL;
@@ -393,28 +396,28 @@ void test_zarr_v2_strings(void)
     const char *c0[2] = {"alpha", "h\xc3\xa9llo"}, *c2[2] = {"last", ""};
     bytes v0 = vlen_of(c0, 2), v2 = vlen_of(c2, 2);
     bytes z0 = zstd_of(v0.p, v0.n), z2 = zstd_of(v2.p, v2.n);
-    put(dir, "s/0", z0.p, z0.n);
-    put(dir, "s/2", z2.p, z2.n);
+    zarr_test_put(dir, "s/0", z0.p, z0.n);
+    zarr_test_put(dir, "s/2", z2.p, z2.n);
     /* vlen-utf8 as the compressor (zarr-python 3 style), 0-d. */
     put_text(dir, "scalar/.zarray",
              "{\"zarr_format\":2,\"shape\":[],\"chunks\":[],\"dtype\":\"|O\","
              "\"compressor\":{\"id\":\"vlen-utf8\"},\"filters\":null,\"fill_value\":0}");
     const char *one[1] = {"just one"};
     bytes v1 = vlen_of(one, 1);
-    put(dir, "scalar/0", v1.p, v1.n);
+    zarr_test_put(dir, "scalar/0", v1.p, v1.n);
     /* <U3 fixed unicode, 0-d (old anndata scalar strings). */
     put_text(dir, "u/.zarray",
              "{\"zarr_format\":2,\"shape\":[],\"chunks\":[],\"dtype\":\"<U3\","
              "\"compressor\":null,\"filters\":null,\"fill_value\":\"\"}");
     uint32_t u[3] = {'o', 0xe9, 0};
-    put(dir, "u/0", u, sizeof u);
+    zarr_test_put(dir, "u/0", u, sizeof u);
     /* |S4 with a base64 fill ("AAAA" padded) for a missing chunk. */
     put_text(dir, "b/.zarray",
              "{\"zarr_format\":2,\"shape\":[3],\"chunks\":[2],\"dtype\":\"|S4\","
              "\"compressor\":{\"id\":\"gzip\",\"level\":1},\"filters\":null,"
              "\"fill_value\":\"eHl6\"}");
     bytes g = gzip_of("ab\0\0wxyz", 8);
-    put(dir, "b/0", g.p, g.n);
+    zarr_test_put(dir, "b/0", g.p, g.n);
 
     node *root = NULL;
     cellar_error err;
@@ -479,7 +482,7 @@ void test_zarr_v2_consolidated(void)
              "{\"zarr_format\":2,\"shape\":[3],\"chunks\":[3],\"dtype\":\"<i8\","
              "\"compressor\":null,\"filters\":null,\"fill_value\":0,\"order\":\"C\"}");
     int64_t n3[3] = {7, 8, 9};
-    put(dir, "obs/n/0", n3, sizeof n3);
+    zarr_test_put(dir, "obs/n/0", n3, sizeof n3);
     /* Without .zmetadata: the directory is listed, and a consolidated
      * document can be built. */
     char *text = NULL;
@@ -596,7 +599,7 @@ void test_zarr_v3_arrays(void)
             bytes_crc(&z);
             char key[64];
             snprintf(key, sizeof key, "grp/t/c.%lld.%lld", (long long)ci, (long long)cj);
-            put(dir, key, z.p, z.n);
+            zarr_test_put(dir, key, z.p, z.n);
             free(z.p);
         }
     }
@@ -607,7 +610,7 @@ void test_zarr_v3_arrays(void)
              "\"chunk_key_encoding\":{\"name\":\"v2\"},\"fill_value\":\"NaN\","
              "\"codecs\":[{\"name\":\"bytes\",\"configuration\":{\"endian\":\"little\"}}]}");
     float f2[2] = {0.5f, 3.0f};
-    put(dir, "grp/v/1", f2, sizeof f2);
+    zarr_test_put(dir, "grp/v/1", f2, sizeof f2);
     /* strings: vlen-utf8 then zstd, 0-d and 1-d. */
     put_text(dir, "grp/s/zarr.json",
              "{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":[3],\"data_type\":\"string\","
@@ -618,14 +621,14 @@ void test_zarr_v3_arrays(void)
     const char *sv[3] = {"x", "\xe2\x82\xac", "zz"};
     bytes vs = vlen_of(sv, 3);
     bytes zs = zstd_of(vs.p, vs.n);
-    put(dir, "grp/s/c/0", zs.p, zs.n);
+    zarr_test_put(dir, "grp/s/c/0", zs.p, zs.n);
     put_text(dir, "grp/u/zarr.json",
              "{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":[],\"data_type\":{\"name\":"
              "\"fixed_length_utf32\",\"configuration\":{\"length_bytes\":8}},"
              "\"chunk_grid\":{\"name\":\"regular\",\"configuration\":{\"chunk_shape\":[]}},"
              "\"chunk_key_encoding\":{\"name\":\"default\"},\"fill_value\":\"\","
              "\"codecs\":[{\"name\":\"bytes\",\"configuration\":{\"endian\":\"big\"}}]}");
-    put(dir, "grp/u/c", "\0\0\0h\0\0\0i", 8);
+    zarr_test_put(dir, "grp/u/c", "\0\0\0h\0\0\0i", 8);
 
     node *root = NULL;
     cellar_error err;
@@ -753,7 +756,7 @@ static void put_sharded(const char *dir, const char *name, int at_start, int cor
     for (int64_t s = 0; s < 3; s += 2) {
         bytes b = make_shard(s, at_start, s == 0 ? corrupt : 0);
         snprintf(rel, sizeof rel, "%s/c/%lld/0", name, (long long)s);
-        put(dir, rel, b.p, b.n);
+        zarr_test_put(dir, rel, b.p, b.n);
         free(b.p);
     }
 }
@@ -811,7 +814,7 @@ void test_zarr_v3_consolidated(void)
              "\"data_type\":\"bool\",\"chunk_grid\":{\"name\":\"regular\",\"configuration\":"
              "{\"chunk_shape\":[2]}},\"chunk_key_encoding\":{\"name\":\"default\"},"
              "\"fill_value\":true,\"codecs\":[{\"name\":\"bytes\"}]}}}}");
-    put(dir, "obs/x/c/0", "\x01\x02\x03", 3);
+    zarr_test_put(dir, "obs/x/c/0", "\x01\x02\x03", 3);
     node *root = NULL;
     cellar_error err;
     cellar_error_clear(&err);
@@ -891,14 +894,14 @@ void test_zarr_errors(void)
     /* A chunk that decodes to the wrong size. */
     snprintf(meta, sizeof meta, "{%s,\"shape\":[4],\"chunks\":[4],\"dtype\":\"<i4\"}", base);
     put_text(dir, "short/.zarray", meta);
-    put(dir, "short/0", "\1\2\3\4\5\6\7\10", 8);
+    zarr_test_put(dir, "short/0", "\1\2\3\4\5\6\7\10", 8);
     /* A compressed chunk that is truncated. */
     put_text(dir, "trunc/.zarray",
              "{\"zarr_format\":2,\"shape\":[4],\"chunks\":[4],\"dtype\":\"<i4\","
              "\"compressor\":{\"id\":\"zstd\"},\"filters\":null,\"fill_value\":0}");
     int32_t four[4] = {1, 2, 3, 4};
     bytes z = zstd_of(four, sizeof four);
-    put(dir, "trunc/0", z.p, z.n - 3);
+    zarr_test_put(dir, "trunc/0", z.p, z.n - 3);
     free(z.p);
     /* A vlen chunk claiming more strings than the chunk holds. */
     put_text(dir, "vl/.zarray",
@@ -906,7 +909,7 @@ void test_zarr_errors(void)
              "\"compressor\":null,\"filters\":[{\"id\":\"vlen-utf8\"}],\"fill_value\":\"\"}");
     const char *three[3] = {"a", "b", "c"};
     bytes v = vlen_of(three, 3);
-    put(dir, "vl/0", v.p, v.n);
+    zarr_test_put(dir, "vl/0", v.p, v.n);
     free(v.p);
 
     CHECK_EQ(zarr_open(dir, &root, &err), 0);
