@@ -251,18 +251,45 @@ static int cap_bool(void *ctx, int v)
     return cap_scalar_ok(c) && cap_gen(c, yajl_gen_bool(c->g, v));
 }
 
+static double tree_json_number(const char *s, size_t n)
+{
+    /* A plain decimal of at most 15 digits is an integer below 2^53 over a
+     * power of ten, both exact doubles, and IEEE division rounds the
+     * quotient correctly, as strtod does (Clinger's fast path). */
+    static const double p10[] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+    size_t i = n > 0 && s[0] == '-';
+    uint64_t m = 0;
+    int digits = 0, frac = -1;
+    for (; i < n; i++) {
+        if (s[i] >= '0' && s[i] <= '9' && digits < 15) {
+            m = m * 10 + (uint64_t)(s[i] - '0');
+            digits++;
+            frac += frac >= 0;
+        } else if (s[i] == '.' && frac < 0) {
+            frac = 0;
+        } else {
+            break;
+        }
+    }
+    if (i == n && digits > 0) {
+        double v = (double)m / p10[frac > 0 ? frac : 0];
+        return s[0] == '-' ? -v : v;
+    }
+    char buf[TREE_JSON_MAX_BARE + 1];
+    size_t k = n < TREE_JSON_MAX_BARE ? n : TREE_JSON_MAX_BARE;
+    memcpy(buf, s, k);
+    buf[k] = '\0';
+    return strtod(buf, NULL);
+}
+
 static int cap_number(void *ctx, const char *s, size_t n)
 {
     capture *c = ctx;
     if (!cap_scalar_ok(c))
         return 0;
-    if (c->depth == 1 && c->key_is_length) {
-        char buf[TREE_JSON_MAX_BARE + 1];
-        size_t k = n < TREE_JSON_MAX_BARE ? n : TREE_JSON_MAX_BARE;
-        memcpy(buf, s, k);
-        buf[k] = '\0';
-        c->length = strtod(buf, NULL);
-    }
+    if (c->depth == 1 && c->key_is_length)
+        c->length = tree_json_number(s, n);
     return cap_gen(c, yajl_gen_number(c->g, s, n));
 }
 

@@ -770,3 +770,66 @@ void test_tree_json_batched_errors(void)
         tree_forest_free(f);
     }
 }
+
+/* Edge lengths are read without strtod when they are plain decimals: every
+ * form must read exactly as strtod reads it. */
+void test_tree_json_lengths_exact(void)
+{
+    enum { N = 3000 };
+    static const char *const fixed[] = {"0", "-0", "-0.0", "0.1", "0.3", "1e-3", "2.5E+2",
+                                        "123456789012345", "1234567890123456",
+                                        "0.000000000000001", "9007199254740993",
+                                        "-17.000", "0.0262", "4.35"};
+    size_t nf = sizeof fixed / sizeof fixed[0];
+    char(*text)[40] = calloc(N, sizeof *text);
+    char *json = malloc((size_t)N * 80 + 200);
+    CHECK(text && json);
+    if (!text || !json)
+        goto done;
+    uint64_t seed = 12345;
+    size_t at = (size_t)sprintf(json, "{\"t\": {\"edges\": {\"r\": {");
+    for (int i = 0; i < N; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        int digits = 1 + (int)((seed >> 33) % 17), point = (int)((seed >> 20) % (digits + 1));
+        if ((size_t)i < nf) {
+            snprintf(text[i], sizeof text[i], "%s", fixed[i]);
+        } else {
+            size_t k = 0;
+            if (seed & 1)
+                text[i][k++] = '-';
+            uint64_t r = seed;
+            for (int d = 0; d < digits; d++) {
+                if (d == point && d > 0)
+                    text[i][k++] = '.';
+                text[i][k++] = (char)('0' + (d == 0 && point != 1 ? 1 + r % 9 : r % 10));
+                r = r / 10 ^ (r << 7);
+            }
+            text[i][k] = '\0';
+        }
+        at += (size_t)sprintf(json + at, "%s\"c%d\": {\"length\": %s}", i ? ", " : "", i,
+                              text[i]);
+    }
+    at += (size_t)sprintf(json + at, "}}, \"nodes\": {\"r\": {}");
+    for (int i = 0; i < N; i++)
+        at += (size_t)sprintf(json + at, ", \"c%d\": {}", i);
+    sprintf(json + at, "}}}");
+    cellar_error err;
+    tree_forest *f = parse(json, &err);
+    CHECK(f != NULL);
+    if (!f)
+        fprintf(stderr, "%s\n", err.detail);
+    const tree_index *t = f ? tree_forest_get(f, "t") : NULL;
+    for (int i = 0; t && i < N; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "c%d", i);
+        double want = strtod(text[i], NULL), got = tree_index_branch_length(t, node(t, id));
+        if (memcmp(&want, &got, sizeof want) != 0) {
+            fprintf(stderr, "length %s: %.17g != strtod %.17g\n", text[i], got, want);
+            unit_failures++;
+        }
+    }
+    tree_forest_free(f);
+done:
+    free(text);
+    free(json);
+}
