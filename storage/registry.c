@@ -782,7 +782,9 @@ static int listing_walk(registry *r, listing_acc *acc, const char *rel, int dept
         if (w < 0 || (size_t)w >= sizeof child_rel)
             continue;
         char *real = NULL;
-        if (resolve_inside(r, child_rel, &real, NULL) != 0) {
+        /* Names that are not store names (README.md, folders) are passed
+         * over quietly: resolve_inside logs refusals for requests. */
+        if (!name_is_safe(child_rel) || resolve_inside(r, child_rel, &real, NULL) != 0) {
             /* Not a store name: maybe a folder to descend into. */
             char full[PATH_MAX];
             snprintf(full, sizeof full, "%s/%s", r->root, child_rel);
