@@ -99,7 +99,8 @@ $(VENV)/.done: tests/requirements.txt tests/find_python.sh
 
 venv: $(VENV)/.done
 
-unit: $(BUILD)/unit_tests
+# Some unit tests write their HDF5 fixtures with the test venv's h5py.
+unit: $(BUILD)/unit_tests venv
 	./$(BUILD)/unit_tests
 
 # Sanitizer reports must fail the run.
@@ -115,7 +116,7 @@ pytest: $(BUILD)/cellar venv $(ZARR_CLIENTS)/node_modules/.package-lock.json
 	$(SAN_ENV) CELLAR_BIN=$(abspath $(BUILD)/cellar) $(VENV)/bin/python -m pytest -q tests/http
 
 # One build: unit tests, then the HTTP suite against the real binary.
-check: $(BUILD)/unit_tests $(BUILD)/cellar
+check: $(BUILD)/unit_tests $(BUILD)/cellar venv
 	$(SAN_ENV) ./$(BUILD)/unit_tests
 	$(MAKE) fuzz-replay
 	$(MAKE) pytest
