@@ -42,7 +42,7 @@ static const option_def options[] = {
     OPT("--column-index-max-bytes", "CELLAR_COLUMN_INDEX_MAX_BYTES", OPT_U64, column_index_max_bytes,
         "largest column index of a CSR matrix to build; larger ones scan (default 0 = any)"),
     OPT("--answer-cache-bytes", "CELLAR_ANSWER_CACHE_BYTES", OPT_SIZE, answer_cache_bytes,
-        "memory for finished answers repeated requests reuse, 0 = off (default 67108864)"),
+        "memory for finished answers repeated requests reuse, 0 = off (default 33554432)"),
     OPT("--access-log", "CELLAR_ACCESS_LOG", OPT_BOOL, access_log,
         "one line per request on stderr, written every 0.1 s: 1 or 0 (default 1)"),
 };
@@ -119,7 +119,7 @@ static void config_defaults(server_config *cfg)
     cfg->drain_seconds = 30;
     cfg->cors_origin = "*";
     cfg->cache_dir = NULL;
-    cfg->answer_cache_bytes = 64u << 20;
+    cfg->answer_cache_bytes = 32u << 20;
     cfg->access_log = 1;
 }
 
