@@ -41,6 +41,8 @@ static const option_def options[] = {
         "where derived indexes are persisted (default: none)"),
     OPT("--column-index-max-bytes", "CELLAR_COLUMN_INDEX_MAX_BYTES", OPT_U64, column_index_max_bytes,
         "largest column index of a CSR matrix to build; larger ones scan (default 0 = any)"),
+    OPT("--zarr-chunk-cache-bytes", "CELLAR_ZARR_CHUNK_CACHE_BYTES", OPT_SIZE, zarr_chunk_cache_bytes,
+        "memory for decoded zarr chunks that slices read again, 0 = off (default 67108864)"),
     OPT("--answer-cache-bytes", "CELLAR_ANSWER_CACHE_BYTES", OPT_SIZE, answer_cache_bytes,
         "memory for finished answers repeated requests reuse, 0 = off (default 33554432)"),
     OPT("--access-log", "CELLAR_ACCESS_LOG", OPT_BOOL, access_log,
@@ -120,6 +122,7 @@ static void config_defaults(server_config *cfg)
     cfg->cors_origin = "*";
     cfg->cache_dir = NULL;
     cfg->answer_cache_bytes = 32u << 20;
+    cfg->zarr_chunk_cache_bytes = 64u << 20;
     cfg->access_log = 1;
 }
 

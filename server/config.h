@@ -19,6 +19,7 @@ typedef struct server_config {
     const char *cors_origin;
     const char *cache_dir;
     size_t answer_cache_bytes;
+    size_t zarr_chunk_cache_bytes;
     uint64_t column_index_max_bytes;
     int access_log;
 } server_config;

@@ -23,6 +23,7 @@
 #include "api/request.h"
 #include "server/answer_cache.h"
 #include "server/router.h"
+#include "storage/zarr.h"
 
 /* Bodies smaller than this are sent uncompressed: not worth the CPU. */
 #define COMPRESS_MIN_BYTES 1024
@@ -473,6 +474,26 @@ static void render_answer_cache_metrics(answer_cache *c, buf *out)
                "# TYPE cellar_answer_cache_misses_total counter\n"
                "cellar_answer_cache_misses_total %llu\n",
                st.bytes, st.entries, (unsigned long long)st.hits, (unsigned long long)st.misses);
+    zarr_chunk_cache_stats z;
+    zarr_chunk_cache_get_stats(&z);
+    buf_printf(out,
+               "# HELP cellar_zarr_chunk_cache_bytes Bytes of decoded zarr chunks kept.\n"
+               "# TYPE cellar_zarr_chunk_cache_bytes gauge\n"
+               "cellar_zarr_chunk_cache_bytes %zu\n"
+               "# HELP cellar_zarr_chunk_cache_limit_bytes The bound on them (--zarr-chunk-cache-bytes).\n"
+               "# TYPE cellar_zarr_chunk_cache_limit_bytes gauge\n"
+               "cellar_zarr_chunk_cache_limit_bytes %zu\n"
+               "# HELP cellar_zarr_chunk_cache_entries Decoded zarr chunks and shard indexes kept.\n"
+               "# TYPE cellar_zarr_chunk_cache_entries gauge\n"
+               "cellar_zarr_chunk_cache_entries %zu\n"
+               "# HELP cellar_zarr_chunk_cache_hits_total Chunk reads answered from the cache.\n"
+               "# TYPE cellar_zarr_chunk_cache_hits_total counter\n"
+               "cellar_zarr_chunk_cache_hits_total %llu\n"
+               "# HELP cellar_zarr_chunk_cache_misses_total Chunk reads that decoded.\n"
+               "# TYPE cellar_zarr_chunk_cache_misses_total counter\n"
+               "cellar_zarr_chunk_cache_misses_total %llu\n",
+               z.bytes, z.limit, z.entries, (unsigned long long)z.hits,
+               (unsigned long long)z.misses);
 }
 
 /* Service routes answered here rather than in api/. */
@@ -916,6 +937,7 @@ http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
     h->api_cfg.background_ctx = h;
     pthread_mutex_init(&h->bg_lock, NULL);
     h->answers = answer_cache_new(cfg->answer_cache_bytes);
+    zarr_chunk_cache_set_limit(cfg->zarr_chunk_cache_bytes);
     if (!h->answers) {
         cellar_fail(err, CELLAR_ENOMEM, "out of memory");
         goto fail;

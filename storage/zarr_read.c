@@ -82,6 +82,11 @@ typedef struct zread {
     shard_slot slots[SHARD_SLOTS];
     int nslots, victim;
     char key[512];
+    /* The read covers the whole array (a scan, e.g. a tree's columns read
+     * once to build an index): its chunks are decoded for it but not kept,
+     * so a scan neither evicts what repeated slices use nor raises the
+     * peak memory of the build it feeds. */
+    int scan;
 } zread;
 
 static inline int64_t ent_out(const dim_plan *p, int64_t k)
@@ -293,7 +298,7 @@ static void cache_key(const zread *r, const int64_t *coords, uint32_t kind, zarr
 static int chunk_keep(zread *r, const int64_t *coords, uint8_t *buf, size_t len,
                       codec_vlen_item *items, zchunk *c, cellar_error *err)
 {
-    if (!r->za->cache_array) {
+    if (!r->za->cache_array || r->scan) {
         c->buf = c->own = buf;
         c->len = len;
         c->items = c->own_items = items;
@@ -698,6 +703,10 @@ int zarr_array_read(const zarr_array *za, const char *dir, const char *what, con
     r.es = dtype_size(za->dtype);
     r.a = a;
     r.sout = sout;
+    r.scan = 1;
+    for (int d = 0; d < za->ndim; d++)
+        r.scan &= !sel[d].index && sel[d].step == 1 && sel[d].start == 0 &&
+                  sel[d].count == za->shape[d];
     int rc = codec_transpose_strides(za->ndim, r.cshape, r.ch->has_perm ? r.ch->perm : NULL,
                                      r.strides, err);
     if (rc)
