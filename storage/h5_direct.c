@@ -513,13 +513,8 @@ static int walk_slice_groups(dim_walk *w, size_t maxg, const char *what, cellar_
     const dim_sel *s = w->s;
     int64_t chunk = w->chunk;
     for (int64_t k = 0; k < s->count;) {
-        int64_t pos = s->start + k * s->step, c = pos / chunk, n;
-        if (s->step > 0)
-            n = ((c + 1) * chunk - 1 - pos) / s->step + 1;
-        else
-            n = (pos - c * chunk) / -s->step + 1;
-        if (n > s->count - k)
-            n = s->count - k;
+        int64_t pos = s->start + k * s->step, c;
+        int64_t n = dim_sel_run_in_chunk(s, k, chunk, &c);
         int64_t end = pos + (n - 1) * s->step;
         if (w->ngroups == maxg)
             return cellar_fail(err, CELLAR_EINTERNAL, "bad chunk grouping of '%s'", WHAT(what));

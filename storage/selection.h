@@ -62,6 +62,21 @@ static inline int64_t dim_sel_at(const dim_sel *d, int64_t i)
     return d->index ? d->index[i] : d->start + i * d->step;
 }
 
+/* For a slice (no index): how many of its positions from the k-th on stay
+ * in the chunk of `chunk` entries holding the k-th (at most count - k); that
+ * chunk's number in *chunk_no.  Readers walk a slice chunk by chunk with it. */
+static inline int64_t dim_sel_run_in_chunk(const dim_sel *s, int64_t k, int64_t chunk,
+                                           int64_t *chunk_no)
+{
+    int64_t pos = s->start + k * s->step, c = pos / chunk, n;
+    if (s->step > 0)
+        n = ((c + 1) * chunk - 1 - pos) / s->step + 1;
+    else
+        n = (pos - c * chunk) / -s->step + 1;
+    *chunk_no = c;
+    return n > s->count - k ? s->count - k : n;
+}
+
 /* A dim_sel covering [0, length). */
 dim_sel dim_sel_range(int64_t start, int64_t count);
 

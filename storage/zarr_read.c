@@ -157,13 +157,8 @@ static int plan_slice(const dim_sel *s, int64_t csize, dim_plan *p)
     if (plan_alloc_groups(p, n ? n : 1))
         return -1;
     for (int64_t k = 0; k < s->count;) {
-        int64_t pos = s->start + k * s->step, c = pos / csize, len;
-        if (s->step > 0)
-            len = ((c + 1) * csize - 1 - pos) / s->step + 1;
-        else
-            len = (pos - c * csize) / -s->step + 1;
-        if (len > s->count - k)
-            len = s->count - k;
+        int64_t c;
+        int64_t len = dim_sel_run_in_chunk(s, k, csize, &c);
         int64_t g = p->ngroups++;
         p->gchunk[g] = c;
         p->gstart[g] = k;
