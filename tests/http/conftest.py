@@ -165,6 +165,12 @@ class Server:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def log_offset(self) -> int:
+        """The log's size once the lines of every request answered so far
+        are written (they are buffered): lines after it are later requests'."""
+        self.log_lines_since(0)
+        return self.log.stat().st_size
+
     def log_lines_since(self, offset: int, timeout: float = 5.0) -> list[str]:
         """The log's lines after byte offset, once every request answered so
         far is in it.  The access log is buffered and written every 0.1 s,
