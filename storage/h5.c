@@ -1790,6 +1790,22 @@ static const char *base_name(const char *path)
     return slash && slash[1] ? slash + 1 : path;
 }
 
+hid_t h5_file_access_props(void)
+{
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl < 0)
+        return -1;
+    /* STRONG: closing the file id closes whatever is still open in it, so
+     * the file is really closed.  No file locks: a server must not stop
+     * writers from replacing the file it serves. */
+    if (H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0 ||
+        H5Pset_file_locking(fapl, 0, 1) < 0) {
+        H5Pclose(fapl);
+        return -1;
+    }
+    return fapl;
+}
+
 int h5_open(const char *path, node **root, cellar_error *err)
 {
     h5_quiet();
@@ -1814,18 +1830,9 @@ int h5_open(const char *path, node **root, cellar_error *err)
     if (is_h5 < 0)
         return h5_fail(err, CELLAR_EFORMAT, "'%s' is not a readable HDF5 file", bn);
 
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    hid_t fapl = h5_file_access_props();
     if (fapl < 0)
-        return h5_fail(err, CELLAR_ENOMEM, "cannot open '%s'", bn);
-    /* STRONG: closing the file id closes whatever is still open in it, so
-     * the file is really closed.  No file locks: a server must not stop
-     * writers from replacing the file it serves. */
-    if (H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0 ||
-        H5Pset_file_locking(fapl, 0, 1) < 0) {
-        int rc = h5_fail(err, CELLAR_EINTERNAL, "cannot set up access to '%s'", bn);
-        H5Pclose(fapl);
-        return rc;
-    }
+        return h5_fail(err, CELLAR_EINTERNAL, "cannot set up access to '%s'", bn);
     hid_t file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (file < 0) {
         int rc = h5_fail(err, CELLAR_EFORMAT, "'%s': truncated or corrupt HDF5 file", bn);

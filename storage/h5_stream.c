@@ -11,6 +11,8 @@
  *     at the end. */
 #include "storage/h5_stream.h"
 
+#include "storage/h5.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
@@ -67,11 +69,8 @@ static int locate(const char *file_path, const char *dset_path, vlen_where *w,
 {
     int rc = 0;
     hid_t fapl = -1, file = -1, fcpl = -1, d = -1;
-    /* The same access properties as storage/h5.c's open: libhdf5 refuses a
-     * second open of a shared file whose close degree differs. */
-    fapl = H5Pcreate(H5P_FILE_ACCESS);
-    if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0 ||
-        H5Pset_file_locking(fapl, 0, 1) < 0) {
+    fapl = h5_file_access_props();
+    if (fapl < 0) {
         rc = not_here(err, "file access properties");
         goto done;
     }
