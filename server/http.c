@@ -937,7 +937,6 @@ http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
     h->api_cfg.background_ctx = h;
     pthread_mutex_init(&h->bg_lock, NULL);
     h->answers = answer_cache_new(cfg->answer_cache_bytes);
-    zarr_chunk_cache_set_limit(cfg->zarr_chunk_cache_bytes);
     if (!h->answers) {
         cellar_fail(err, CELLAR_ENOMEM, "out of memory");
         goto fail;
