@@ -150,14 +150,21 @@ def run_wrk(url, connections, duration, cfg, script=None, extra_env=None, warmup
                 "--timeout", "10s", "-s", script, url]
         out = subprocess.run(argv, env=env, capture_output=True, text=True,
                              timeout=seconds + 60)
-        m = re.search(r"^BENCH_RESULT (\{.*\})$", out.stdout, re.M)
-        if not m:
-            raise RuntimeError(f"wrk gave no result: {out.stdout[-500:]} {out.stderr[-500:]}")
-        return json.loads(m.group(1))
+        return bench_result("wrk", out)
 
     if warmup and cfg["warmup"] > 0:
         once(cfg["warmup"])
-    res = once(duration)
+    return once(duration)
+
+
+def bench_result(client, out):
+    """The BENCH_RESULT line of a finished client run (wrk with report.lua,
+    or bench/loadgen), with req/s and the error total added."""
+    m = re.search(r"^BENCH_RESULT (\{.*\})$", out.stdout, re.M)
+    if not m:
+        raise RuntimeError(f"{client} gave no result (exit {out.returncode}): "
+                           f"{out.stdout[-500:]} {out.stderr[-500:]}")
+    res = json.loads(m.group(1))
     res["rps"] = res["requests"] / (res["duration_us"] / 1e6) if res["duration_us"] else 0.0
     res["errors"] = sum(res[k] for k in ("err_connect", "err_read", "err_write",
                                          "err_status", "err_timeout"))
@@ -713,7 +720,7 @@ def old_sections(path):
     return SECTION_RE.sub("", text), blocks
 
 
-def section_block(name, title, cfg, info, body, targets, seconds):
+def section_block(name, title, cfg, info, body, targets, seconds, client):
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     t_lines = [f"| {n} | {'holds' if ok else '**does not hold**'} | {v} |" for n, ok, v in targets]
     return f"""<!-- bench:{name} -->
@@ -721,7 +728,7 @@ def section_block(name, title, cfg, info, body, targets, seconds):
 
 - Run: {date}, `{cfg['command']}` ({seconds:.0f} s for this section); {info['cpu']},
   {info['cores']} cores, cellar {info['cellar']} (commit {info['commit']}); load average
-  {cfg['load_start']:.1f} at the start of the run; wrk {cfg['wrk_threads']} thread(s),
+  {cfg['load_start']:.1f} at the start of the run; {client},
   {cfg['duration']:g} s per run after {cfg['warmup']:g} s of warm-up; cellar `--threads {cfg['threads']}`.
 
 {body}
@@ -823,7 +830,8 @@ def main():
         # One block per section and scale: a full run does not drop the quick one.
         key = f"{name}@{cfg['scale']:g}"
         blocks[key] = section_block(key, f"{title}, BENCH_SCALE={cfg['scale']:g}", cfg, info,
-                                    body, targets, time.time() - t1)
+                                    body, targets, time.time() - t1,
+                                    sections.load_client(name, cfg))
         print(body)
     # The file as it is now (another run may have rewritten it meanwhile):
     # its other parts are kept.

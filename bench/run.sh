@@ -38,6 +38,11 @@ if [ ! -x "$here/data/bin/mhd_ref" ] || [ "$here/mhd_ref.c" -nt "$here/data/bin/
     ${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror "$here/mhd_ref.c" \
         $(pkg-config --cflags --libs libmicrohttpd) -o "$here/data/bin/mhd_ref"
 fi
+# loadgen: the client of the matrices section (large bodies, 1 MiB reads).
+if [ ! -x "$here/data/bin/loadgen" ] || [ "$here/loadgen.c" -nt "$here/data/bin/loadgen" ]; then
+    ${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror "$here/loadgen.c" \
+        -o "$here/data/bin/loadgen"
+fi
 
 export CELLAR_BIN
 exec "$venv/bin/python" "$here/run.py"

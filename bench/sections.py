@@ -119,23 +119,57 @@ def python_ref(args, timeout=3600):
     raise RuntimeError(f"py_ref {args[0]} failed: {out.stderr[-800:]}")
 
 
-def wrk_paths(cfg, workdir, base, name, paths, connections, cpu_pid=None, cycle=False):
-    """wrk over a list of paths (bench/wrk/paths.lua); with cpu_pid, the
-    server's CPU use over the measured part (percent of one core)."""
+# The load client of each section.  wrk (like h2load and ab) reads the
+# socket 8 KiB per recv: fine for the trees' small answers, but an 800 KB
+# matrix body costs it ~100 recv calls, and on two shared cores wrk then
+# used more CPU than the server it measured.  bench/loadgen.c reads up to
+# 1 MiB per recv; it measures both sides of every matrices ratio.
+TREES_CLIENT = "wrk"
+MATRICES_CLIENT = "loadgen"
+LOADGEN_BIN = os.path.join(R.HERE, "data", "bin", "loadgen")
+
+
+def load_client(section, cfg):
+    """The client named in a section's header line."""
+    if section == "matrices" and MATRICES_CLIENT == "loadgen":
+        return "`bench/loadgen` (1 thread, 1 MiB reads)"
+    return f"wrk {cfg['wrk_threads']} thread(s)"
+
+
+def run_loadgen(base, path_file, connections, seconds, cycle):
+    if not os.access(LOADGEN_BIN, os.X_OK):
+        raise RuntimeError(f"{LOADGEN_BIN} is missing: bench/run.sh (make bench) builds it")
+    argv = [LOADGEN_BIN, "-c", str(connections), "-d", f"{seconds:g}", "-t", "10",
+            "-f", path_file, "-o", "cycle" if cycle else "random", "-s", "1", base + "/"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60)
+    return R.bench_result("loadgen", out)
+
+
+def run_client(client, cfg, base, path_file, connections, seconds, cycle):
+    """One run of wrk (bench/wrk/paths.lua) or loadgen over the paths in
+    path_file, no warm-up of its own."""
+    if client == "loadgen":
+        return run_loadgen(base, path_file, connections, seconds, cycle)
+    env = {"BENCH_PATHS": path_file, "BENCH_ORDER": "cycle" if cycle else "random"}
+    return R.run_wrk(base + "/", connections, seconds, cfg,
+                     script=os.path.join(R.LUA_DIR, "paths.lua"), extra_env=env, warmup=False)
+
+
+def load_paths(cfg, workdir, base, name, paths, connections, client, cpu_pid=None, cycle=False):
+    """The client over a list of paths, after a warm-up run; with cpu_pid,
+    the server's CPU use over the measured run (percent of one core)."""
     path_file = os.path.join(workdir, f"paths-{name}.txt")
     with open(path_file, "w") as f:
         f.write("".join(p + "\n" for p in paths))
-    env = {"BENCH_PATHS": path_file, "BENCH_ORDER": "cycle" if cycle else "random"}
-    script = os.path.join(R.LUA_DIR, "paths.lua")
     if cfg["warmup"] > 0:
-        R.run_wrk(base + "/", connections, cfg["warmup"], cfg, script=script, extra_env=env,
-                  warmup=False)
+        run_client(client, cfg, base, path_file, connections, cfg["warmup"], cycle)
     t0, c0 = time.time(), cpu_ticks(cpu_pid) if cpu_pid else None
     th0 = thread_ticks(cpu_pid) if cpu_pid else {}
     m0 = machine_ticks()
-    res = R.run_wrk(base + "/", connections, cfg["duration"], cfg, script=script,
-                    extra_env=env, warmup=False)
+    res = run_client(client, cfg, base, path_file, connections, cfg["duration"], cycle)
     m1 = machine_ticks()
+    if "client_cpu_us" in res:
+        res["client_pct"] = 100.0 * res["client_cpu_us"] / max(res["duration_us"], 1)
     # The whole machine's busy share, in percent of one core (200% = two).
     res["machine_pct"] = 100.0 * (os.cpu_count() or 1) * (m1[0] - m0[0]) / max(m1[1] - m0[1], 1)
     if cpu_pid:
@@ -152,7 +186,9 @@ def wrk_paths(cfg, workdir, base, name, paths, connections, cpu_pid=None, cycle=
           f"p99 {res['p99_us']}us errors {res['errors']}"
           + (f" cpu {res['cpu_pct']:.0f}% threads {res.get('thread_pct')}" if "cpu_pct" in res
              else "")
-          + f" machine {res['machine_pct']:.0f}%")
+          + f" machine {res['machine_pct']:.0f}%"
+          + (f" {client} {res['client_pct']:.0f}%, {res['recv_calls'] / max(res['requests'], 1):.1f}"
+             " recv/response" if "client_pct" in res else ""))
     return res
 
 
@@ -255,8 +291,8 @@ def run_trees(cfg, workdir):
     return tree_markdown(cfg, out, queries), tree_targets(out, queries)
 
 
-def measure_queries(cfg, workdir, srv, store, st, queries, conns):
-    """Each query (id, label, paths) under wrk at each connection count, into
+def measure_queries(cfg, workdir, srv, store, st, queries, conns, client):
+    """Each query (id, label, paths) under client at each connection count, into
     st[id]; a first path answering other than 200 is noted instead."""
     for qid, _, paths in queries:
         _, status, _, body = timed_get(srv.base + paths[0])
@@ -266,8 +302,8 @@ def measure_queries(cfg, workdir, srv, store, st, queries, conns):
             continue
         st[qid] = {"body_bytes": len(body)}
         for c in conns:
-            st[qid][c] = wrk_paths(cfg, workdir, srv.base, f"{store}-{qid}", paths, c,
-                                   cpu_pid=srv.pid())
+            st[qid][c] = load_paths(cfg, workdir, srv.base, f"{store}-{qid}", paths, c,
+                                    client, cpu_pid=srv.pid())
 
 
 def run_tree_queries(cfg, root, workdir, store, st, queries, conns, cached):
@@ -279,7 +315,7 @@ def run_tree_queries(cfg, root, workdir, store, st, queries, conns, cached):
         base_path = f"/v1/stores/{store}/obst/lineage/"
         mine = [(qid, label, [base_path + p for p in paths]) for qid, label, paths in queries
                 if qid.endswith(CACHED_SUFFIX) == cached]
-        measure_queries(cfg, workdir, srv, store, st, mine, conns)
+        measure_queries(cfg, workdir, srv, store, st, mine, conns, TREES_CLIENT)
         hwm = R.read_status_kb(srv.pid(), "VmHWM")
         st["hwm_kb"] = max(st.get("hwm_kb") or 0, hwm or 0)
     finally:
@@ -476,7 +512,7 @@ def run_matrix_store(cfg, root, workdir, store, m):
         secs, status, headers, _ = timed_get(srv.base + gene_path)
         st["indexed"] = {"seconds": secs, "header": headers.get("X-Column-Index")}
         R.reset_peak_rss(pid)
-        measure_queries(cfg, workdir, srv, store, st, queries, MATRIX_CONNS)
+        measure_queries(cfg, workdir, srv, store, st, queries, MATRIX_CONNS, MATRICES_CLIENT)
         st["hwm_kb"] = R.read_status_kb(pid, "VmHWM")
     finally:
         srv.stop()
@@ -521,8 +557,8 @@ def run_matrices(cfg, workdir):
                     res = out["h5grove"][qid] = {"per_logical": len(groups[0]),
                                                  "example": groups[0]}
                     for c in MATRIX_CONNS:
-                        res[c] = wrk_paths(cfg, workdir, srv.base, f"h5grove-{qid}", flat, c,
-                                           cycle=True)
+                        res[c] = load_paths(cfg, workdir, srv.base, f"h5grove-{qid}", flat,
+                                            c, MATRICES_CLIENT, cycle=True)
             finally:
                 srv.stop()
     return matrix_markdown(cfg, out), matrix_targets(out)
@@ -553,7 +589,7 @@ def matrix_targets(out):
             runs = [(q, st[q][64]) for q in ("x_gene", "x_rows", "obsm")
                     if isinstance(st.get(q), dict) and 64 in st[q] and "cpu_pct" in st[q][64]]
             if runs:
-                # wrk runs on the same two cores and takes its share, so
+                # The client runs on the same two cores and takes its share, so
                 # "both cores" means the work is spread: each request thread
                 # does at least a third of cellar's work (none idles while
                 # another carries the load).
@@ -573,6 +609,31 @@ def matrix_targets(out):
             t.append((f"matrix.h5ad {qid}: >= 20x h5grove's requests/s ({c} conn.)", r >= 20,
                       f"{r:.1f}x"))
     return t
+
+
+def client_note(out):
+    """Which client measured the matrices, and why not wrk."""
+    if MATRICES_CLIENT != "loadgen":
+        return ("- Client: wrk (`bench/wrk/paths.lua`), for cellar and h5grove alike; it reads "
+                "8 KiB per recv, so on large bodies it can limit the numbers.")
+    per = []
+    for qid in ("x_gene", "x_rows", "obsm"):
+        r = ((out["stores"].get("matrix.h5ad") or {}).get(qid) or {}).get(64)
+        if r and r.get("requests"):
+            per.append(f"{qid} {r['recv_calls'] / r['requests']:.1f}")
+    return ("- Client: `bench/loadgen` (`bench/loadgen.c`, built by `bench/run.sh`), not wrk, "
+            "for cellar and h5grove alike (both sides of every ratio): wrk (like h2load and "
+            "ab) reads the socket 8 KiB per recv, so an 800 KB body (a gene column at "
+            "BENCH_SCALE=1) costs it ~100 recv calls, and on the two cores it shares with the "
+            "server its one thread ran at a full core on these bodies while cellar had CPU to "
+            "spare: the client, not the server, set the numbers. loadgen reads up to 1 MiB per recv (the body "
+            "is still copied out of the kernel, as any client does): one thread, epoll, "
+            "keep-alive connections in a closed loop (each sends its next request when the "
+            "previous answer is complete), paths drawn at random with a fixed seed, or "
+            "cycled in file order for h5grove's groups, as `bench/wrk/paths.lua` does; "
+            "latency runs from the request's send to the last byte of the body. "
+            + (f"recv calls per response in this run (`.h5ad`, c64): {', '.join(per)}."
+               if per else ""))
 
 
 def matrix_markdown(cfg, out):
@@ -628,8 +689,11 @@ def matrix_markdown(cfg, out):
                 row += (f" {r['rps']:,.0f} | {R.fmt_ms(r['p50_us'])} | {R.fmt_ms(r['p99_us'])} |"
                         if r else " — | — | — |")
             cpu = (q.get(64) or {}).get("cpu_pct")
+            client = (f", client {q[64]['client_pct']:.0f}%" if cpu is not None
+                      and "client_pct" in q[64] else "")
             row += (f" {cpu:.0f}% = {'+'.join(str(x) for x in q[64].get('thread_pct', []))} "
-                    f"(machine {q[64]['machine_pct']:.0f}%) |" if cpu is not None else " — |")
+                    f"(machine {q[64]['machine_pct']:.0f}%{client}) |" if cpu is not None
+                    else " — |")
             h = out["h5grove"].get(qid)
             for c in MATRIX_CONNS:
                 if store == "matrix.h5ad" and h and c in h and c in q:
@@ -667,15 +731,18 @@ def matrix_markdown(cfg, out):
              "`/proc/<pid>/stat`), in percent of one core (200% = both cores), split by "
              "thread (`/proc/<pid>/task/*/stat`: the request threads; threads under 1% left "
              "out); in parentheses "
-             "the whole machine's busy share over the same run (`/proc/stat`): cellar, wrk "
-             "(same two cores) and anything else running.")
+             f"the whole machine's busy share over the same run (`/proc/stat`): cellar, "
+             f"{MATRICES_CLIENT} (same two cores) and anything else running, and the client's "
+             "own CPU (its `getrusage`).")
+    L.append(client_note(out))
     ex = out["h5grove"].get("x_rows", {}).get("example")
     if ex:
         L.append("- h5grove (from PyPI, `bench/h5grove_server.py`, one tornado process) on "
                  "the same `.h5ad`: 100 rows are 3 requests (`X/indptr` slice, then the "
                  "`X/indices` and `X/data` ranges it gives), cycled in order, e.g. "
                  + ", ".join(f"`{p}`" for p in ex) + "; its req/s column counts those "
-                 "3-request groups (wrk's req/s / 3), its latencies are per request; cellar "
+                 f"3-request groups ({MATRICES_CLIENT}'s req/s / 3), its latencies are per "
+                 "request; cellar "
                  "answers the same three arrays in one binary request (`layout=csr&format=bin`: "
                  "indptr | indices | data, see docs/responses.md). "
                  "obsm is one request `/data?file=matrix.h5ad&path=/obsm/X_umap&format=bin`. "
