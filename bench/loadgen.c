@@ -613,6 +613,21 @@ static void report(loadgen *lg, double duration_s, uint64_t cpu_used)
     fflush(stdout);
 }
 
+static void loadgen_destroy(loadgen *lg)
+{
+    for (int i = 0; lg->conns && i < lg->n_conns; i++)
+        if (lg->conns[i].fd >= 0)
+            close(lg->conns[i].fd);
+    for (size_t i = 0; i < lg->n_reqs; i++)
+        free(lg->reqs[i].text);
+    free(lg->reqs);
+    free(lg->conns);
+    free(lg->rbuf);
+    free(lg->st.lat_ns);
+    if (lg->epfd >= 0)
+        close(lg->epfd);
+}
+
 static void usage(void)
 {
     fputs("usage: loadgen [-c CONNS] [-d SECONDS] [-w WARMUP_SECONDS] [-f PATHS_FILE]\n"
@@ -694,6 +709,7 @@ int main(int argc, char **argv)
     uint64_t cpu_used = 0;
     run(&lg, warmup_s, duration_s, &cpu_used);
     report(&lg, duration_s, cpu_used);
-    /* Process exit closes the sockets and frees the rest. */
+    loadgen_destroy(&lg);
+    free(headers);
     return 0;
 }
