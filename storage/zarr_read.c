@@ -411,9 +411,35 @@ static void put_number(zread *r, const zchunk *c, int64_t src, int64_t dst)
         memcpy(o, c->buf + (size_t)src * r->es, r->es);
 }
 
+/* rows runs of row_bytes each, sstep bytes apart in the chunk and dstep in
+ * the output.  Narrow runs (a chunk one or two columns wide, as anndata
+ * writes obsm embeddings) are copied as single values, not by a memcpy call
+ * each. */
+static void copy_rows(uint8_t *dst, const uint8_t *src, int64_t rows, size_t row_bytes,
+                      size_t sstep, size_t dstep)
+{
+#define COPY_ROWS_OF(T)                                                                   \
+    for (int64_t i = 0; i < rows; i++, src += sstep, dst += dstep) {                      \
+        T v;                                                                              \
+        memcpy(&v, src, sizeof v);                                                        \
+        memcpy(dst, &v, sizeof v);                                                        \
+    }
+    switch (row_bytes) {
+    case 1: COPY_ROWS_OF(uint8_t); break;
+    case 2: COPY_ROWS_OF(uint16_t); break;
+    case 4: COPY_ROWS_OF(uint32_t); break;
+    case 8: COPY_ROWS_OF(uint64_t); break;
+    default:
+        for (int64_t i = 0; i < rows; i++, src += sstep, dst += dstep)
+            memcpy(dst, src, row_bytes);
+    }
+#undef COPY_ROWS_OF
+}
+
 /* Copies the selected elements of the chunk at group indices gidx (c NULL:
  * the chunk is missing, use the fill value).  A run that ascends by one both
- * in the chunk's last axis and in the output is one memcpy. */
+ * in the chunk's last axis and in the output is one copy, and when the
+ * next-to-last axis ascends by one too, its rows go in one strided pass. */
 static int copy_chunk(zread *r, const int64_t *gidx, const int64_t *coords, const zchunk *c,
                       cellar_error *err)
 {
@@ -428,13 +454,22 @@ static int copy_chunk(zread *r, const int64_t *gidx, const int64_t *coords, cons
     int64_t lg = gidx[nd - 1], lstart = lp->gstart[lg], llen = lp->glen[lg];
     int64_t lc = coords[nd - 1], lstride = r->strides[nd - 1];
     int fast = c && !strings && r->za->dtype != DT_BOOL && lp->gcontig[lg] && lstride == 1;
+    const dim_plan *rp = nd >= 2 ? &r->plan[nd - 2] : NULL;
+    int64_t rg = nd >= 2 ? gidx[nd - 2] : 0;
+    int row_pass = fast && rp && rp->gcontig[rg];
     for (;;) {
         int64_t sb = 0, db = 0;
         for (int d = 0; d < nd - 1; d++) {
             sb += ent_off(&r->plan[d], k[d], coords[d]) * r->strides[d];
             db += ent_out(&r->plan[d], k[d]) * r->ostride[d];
         }
-        if (fast) {
+        if (row_pass) {
+            int64_t s0 = sb + ent_off(lp, lstart, lc), d0 = db + ent_out(lp, lstart);
+            copy_rows(r->out + (size_t)d0 * r->es, c->buf + (size_t)s0 * r->es, rp->glen[rg],
+                      (size_t)llen * r->es, (size_t)r->strides[nd - 2] * r->es,
+                      (size_t)r->ostride[nd - 2] * r->es);
+            k[nd - 2] = rp->gstart[rg] + rp->glen[rg] - 1; /* the pass did them all */
+        } else if (fast) {
             int64_t s0 = sb + ent_off(lp, lstart, lc), d0 = db + ent_out(lp, lstart);
             memcpy(r->out + (size_t)d0 * r->es, c->buf + (size_t)s0 * r->es,
                    (size_t)llen * r->es);
