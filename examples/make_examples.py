@@ -9,6 +9,7 @@ Seeded: the same versions of the libraries write the same data.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -159,10 +160,20 @@ def main(outdir: Path) -> None:
     pbmc_small(np.random.default_rng(SEED)).write_h5mu(outdir / "pbmc_small.h5mu")
     blood(np.random.default_rng(SEED + 1)).write_h5ad(outdir / "blood.h5ad")
     lineage(np.random.default_rng(SEED + 2)).write_h5td(outdir / "lineage.h5td")
-    for name in ("pbmc_small.h5mu", "blood.h5ad", "lineage.h5td"):
-        size = (outdir / name).stat().st_size
+    # The same AnnData and tree as zarr v3 stores (the zarr backend, and
+    # zarr clients through /zarr/): blood.zarr sharded, as anndata writes
+    # large stores.
+    for name in ("blood.zarr", "lineage.zarr"):
+        shutil.rmtree(outdir / name, ignore_errors=True)
+    with ad.settings.override(zarr_write_format=3, auto_shard_zarr_v3=True):
+        blood(np.random.default_rng(SEED + 1)).write_zarr(outdir / "blood.zarr")
+        lineage(np.random.default_rng(SEED + 2)).write_zarr(outdir / "lineage.zarr")
+    for name in ("pbmc_small.h5mu", "blood.h5ad", "lineage.h5td", "blood.zarr", "lineage.zarr"):
+        path = outdir / name
+        files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else [path]
+        size = sum(f.stat().st_size for f in files)
         assert size < 1_000_000, f"{name} is {size} bytes"
-        print(f"wrote {outdir / name} ({size} bytes)")
+        print(f"wrote {path} ({size} bytes in {len(files)} file(s))")
 
 
 if __name__ == "__main__":

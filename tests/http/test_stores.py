@@ -173,9 +173,12 @@ def test_examples_are_served(server_factory):
     examples = Path(__file__).resolve().parents[2] / "examples"
     srv = server_factory(examples)
     listed = {s["name"]: s["kind"] for s in assert_json(srv.get("/v1/stores"))["stores"]}
-    assert listed == {"pbmc_small.h5mu": "mudata", "blood.h5ad": "anndata", "lineage.h5td": "treedata"}
+    assert listed == {"pbmc_small.h5mu": "mudata", "blood.h5ad": "anndata", "lineage.h5td": "treedata",
+                      "blood.zarr": "anndata", "lineage.zarr": "treedata"}
     for name in listed:
-        assert os.stat(examples / name).st_size < 1_000_000
+        path = examples / name
+        files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else [path]
+        assert sum(f.stat().st_size for f in files) < 1_000_000
     pbmc = assert_json(srv.get(store_path("pbmc_small.h5mu", "mod")))
     assert pbmc["mod"] == [{"name": "rna", "shape": [80, 30]}, {"name": "prot", "shape": [60, 8]}]
     amap = assert_json(srv.get(store_path("pbmc_small.h5mu", "obsmap", "prot"), rows="38:42"))["obsmap"]
@@ -186,3 +189,11 @@ def test_examples_are_served(server_factory):
     blood = assert_json(srv.get(store_path("blood.h5ad", "obs"), columns="n_counts,is_doublet", rows="3:6"))
     assert blood["dtypes"] == {"n_counts": "Int64", "is_doublet": "boolean"}
     assert blood["data"]["is_doublet"][0] is None and blood["data"]["n_counts"][2] is None
+    # The zarr twins answer exactly what their HDF5 originals answer.
+    for h5, zarr_name, route in [("blood.h5ad", "blood.zarr", ("obs",)),
+                                 ("blood.h5ad", "blood.zarr", ("X",)),
+                                 ("lineage.h5td", "lineage.zarr", ("obst", "lineage", "subtree"))]:
+        params = {"root": "node0", "depth": "2"} if route[-1] == "subtree" else {}
+        assert assert_json(srv.get(store_path(zarr_name, *route), **params)) == \
+            assert_json(srv.get(store_path(h5, *route), **params)), (zarr_name, route)
+    assert assert_json(srv.get(store_path("blood.zarr", "zarr", "zarr.json")))["zarr_format"] == 3
