@@ -9,6 +9,7 @@ make_trees.py / make_matrix.py), its own cellar processes (started fresh,
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -123,17 +124,30 @@ def python_ref(args, timeout=3600):
 # socket 8 KiB per recv: fine for the trees' small answers, but an 800 KB
 # matrix body costs it ~100 recv calls, and on two shared cores wrk then
 # used more CPU than the server it measured.  bench/loadgen.c reads up to
-# 1 MiB per recv; it measures both sides of every matrices ratio.
+# 1 MiB per recv; it measures both sides of every matrices ratio.  The
+# matrices section also runs every query under wrk (MATRICES_ALSO), the
+# client issue 5 names, and shows those numbers and targets beside loadgen's.
 TREES_CLIENT = "wrk"
 MATRICES_CLIENT = "loadgen"
+MATRICES_ALSO = ("wrk",)
+MATRICES_CLIENTS = (MATRICES_CLIENT, *MATRICES_ALSO)
 LOADGEN_BIN = os.path.join(R.HERE, "data", "bin", "loadgen")
 
 
 def load_client(section, cfg):
     """The client named in a section's header line."""
+    wrk = f"wrk {cfg['wrk_threads']} thread(s)"
     if section == "matrices" and MATRICES_CLIENT == "loadgen":
-        return "`bench/loadgen` (1 thread, 1 MiB reads)"
-    return f"wrk {cfg['wrk_threads']} thread(s)"
+        return (f"`bench/loadgen` (1 thread, 1 MiB reads) for the Queries table, and {wrk} "
+                "(`bench/wrk/paths.lua`) for the same queries in \"Same queries under wrk\"; "
+                "each target row names its client")
+    return wrk
+
+
+def client_runs(q, client):
+    """{connections: result} of one query under client: the primary
+    client's runs sit in the query's own dict, the others' under their name."""
+    return q if client == MATRICES_CLIENT else (q.get(client) or {})
 
 
 def run_loadgen(base, path_file, connections, seconds, cycle):
@@ -151,8 +165,15 @@ def run_client(client, cfg, base, path_file, connections, seconds, cycle):
     if client == "loadgen":
         return run_loadgen(base, path_file, connections, seconds, cycle)
     env = {"BENCH_PATHS": path_file, "BENCH_ORDER": "cycle" if cycle else "random"}
-    return R.run_wrk(base + "/", connections, seconds, cfg,
-                     script=os.path.join(R.LUA_DIR, "paths.lua"), extra_env=env, warmup=False)
+    # wrk's CPU: the children's rusage grows by it when subprocess reaps it
+    # (no other child of this process ends meanwhile: the servers run on).
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    res = R.run_wrk(base + "/", connections, seconds, cfg,
+                    script=os.path.join(R.LUA_DIR, "paths.lua"), extra_env=env, warmup=False)
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    res["client_cpu_us"] = round(1e6 * (ru1.ru_utime + ru1.ru_stime
+                                        - ru0.ru_utime - ru0.ru_stime))
+    return res
 
 
 def load_paths(cfg, workdir, base, name, paths, connections, client, cpu_pid=None, cycle=False):
@@ -182,13 +203,14 @@ def load_paths(cfg, workdir, base, name, paths, connections, client, cpu_pid=Non
         busy = sorted((100.0 * (th1[t] - th0.get(t, 0)) / CLK_TCK / wall for t in th1),
                       reverse=True)
         res["thread_pct"] = [round(b) for b in busy if b >= 1]
-    R.log(f"{name} c{connections}: {res['rps']:.0f} req/s p50 {res['p50_us']}us "
+    R.log(f"{name} {client} c{connections}: {res['rps']:.0f} req/s p50 {res['p50_us']}us "
           f"p99 {res['p99_us']}us errors {res['errors']}"
           + (f" cpu {res['cpu_pct']:.0f}% threads {res.get('thread_pct')}" if "cpu_pct" in res
              else "")
           + f" machine {res['machine_pct']:.0f}%"
-          + (f" {client} {res['client_pct']:.0f}%, {res['recv_calls'] / max(res['requests'], 1):.1f}"
-             " recv/response" if "client_pct" in res else ""))
+          + (f" {client} {res['client_pct']:.0f}%" if "client_pct" in res else "")
+          + (f", {res['recv_calls'] / max(res['requests'], 1):.1f} recv/response"
+             if "recv_calls" in res else ""))
     return res
 
 
@@ -291,9 +313,10 @@ def run_trees(cfg, workdir):
     return tree_markdown(cfg, out, queries), tree_targets(out, queries)
 
 
-def measure_queries(cfg, workdir, srv, store, st, queries, conns, client):
-    """Each query (id, label, paths) under client at each connection count, into
-    st[id]; a first path answering other than 200 is noted instead."""
+def measure_queries(cfg, workdir, srv, store, st, queries, conns, clients):
+    """Each query (id, label, paths) under each client at each connection
+    count, into st[id] (see client_runs); a first path answering other than
+    200 is noted instead."""
     for qid, _, paths in queries:
         _, status, _, body = timed_get(srv.base + paths[0])
         if status != 200:
@@ -301,9 +324,18 @@ def measure_queries(cfg, workdir, srv, store, st, queries, conns, client):
             R.log(f"{store} {qid}: HTTP {status} {body[:300]!r}")
             continue
         st[qid] = {"body_bytes": len(body)}
-        for c in conns:
-            st[qid][c] = load_paths(cfg, workdir, srv.base, f"{store}-{qid}", paths, c,
-                                    client, cpu_pid=srv.pid())
+        measure_clients(cfg, workdir, srv, f"{store}-{qid}", paths, conns, clients, st[qid])
+
+
+def measure_clients(cfg, workdir, srv, name, paths, conns, clients, q, cpu=True, cycle=False):
+    """The paths under each client (the first is the primary: its runs go
+    into q itself) at each connection count; each count runs all clients
+    back to back so that they see the same machine."""
+    for c in conns:
+        for client in clients:
+            runs = q if client == clients[0] else q.setdefault(client, {})
+            runs[c] = load_paths(cfg, workdir, srv.base, name, paths, c, client,
+                                 cpu_pid=srv.pid() if cpu else None, cycle=cycle)
 
 
 def run_tree_queries(cfg, root, workdir, store, st, queries, conns, cached):
@@ -315,7 +347,7 @@ def run_tree_queries(cfg, root, workdir, store, st, queries, conns, cached):
         base_path = f"/v1/stores/{store}/obst/lineage/"
         mine = [(qid, label, [base_path + p for p in paths]) for qid, label, paths in queries
                 if qid.endswith(CACHED_SUFFIX) == cached]
-        measure_queries(cfg, workdir, srv, store, st, mine, conns, TREES_CLIENT)
+        measure_queries(cfg, workdir, srv, store, st, mine, conns, (TREES_CLIENT,))
         hwm = R.read_status_kb(srv.pid(), "VmHWM")
         st["hwm_kb"] = max(st.get("hwm_kb") or 0, hwm or 0)
     finally:
@@ -512,7 +544,8 @@ def run_matrix_store(cfg, root, workdir, store, m):
         secs, status, headers, _ = timed_get(srv.base + gene_path)
         st["indexed"] = {"seconds": secs, "header": headers.get("X-Column-Index")}
         R.reset_peak_rss(pid)
-        measure_queries(cfg, workdir, srv, store, st, queries, MATRIX_CONNS, MATRICES_CLIENT)
+        measure_queries(cfg, workdir, srv, store, st, queries, MATRIX_CONNS,
+                        MATRICES_CLIENTS)
         st["hwm_kb"] = R.read_status_kb(pid, "VmHWM")
     finally:
         srv.stop()
@@ -556,9 +589,8 @@ def run_matrices(cfg, workdir):
                     flat = [p for g in groups for p in g]
                     res = out["h5grove"][qid] = {"per_logical": len(groups[0]),
                                                  "example": groups[0]}
-                    for c in MATRIX_CONNS:
-                        res[c] = load_paths(cfg, workdir, srv.base, f"h5grove-{qid}", flat,
-                                            c, MATRICES_CLIENT, cycle=True)
+                    measure_clients(cfg, workdir, srv, f"h5grove-{qid}", flat, MATRIX_CONNS,
+                                    MATRICES_CLIENTS, res, cpu=False, cycle=True)
             finally:
                 srv.stop()
     return matrix_markdown(cfg, out), matrix_targets(out)
@@ -576,18 +608,39 @@ def logical_rps(res, k):
 
 
 def matrix_targets(out):
+    """The targets under each client, loadgen's rows first; each row names
+    its client."""
+    return [t for client in MATRICES_CLIENTS for t in client_targets(out, client)]
+
+
+def h5grove_ratio(out, qid, c, client):
+    """cellar's (.h5ad) req/s over h5grove's logical req/s, both under
+    client; None when either side is missing."""
+    h = out["h5grove"].get(qid) or {}
+    q = (out["stores"].get("matrix.h5ad") or {}).get(qid)
+    if "per_logical" not in h or not isinstance(q, dict):
+        return None
+    mine, theirs = client_runs(q, client).get(c), client_runs(h, client).get(c)
+    if not mine or not theirs:
+        return None
+    return mine["rps"] / logical_rps(theirs, h["per_logical"])
+
+
+def client_targets(out, client):
     t = []
     for store, st in out["stores"].items():
-        g = st.get("x_gene") or {}
+        g = client_runs(st.get("x_gene") or {}, client)
         for c in MATRIX_CONNS:
             if c in g:
                 p50 = g[c]["p50_us"] / 1000
-                t.append((f"{store}: gene column p50 under 10 ms once indexed ({c} conn.)",
+                t.append((f"{store}: gene column p50 under 10 ms once indexed ({c} conn.) "
+                          f"({client})",
                           p50 < 10 and st["index"]["state"] == "ready",
                           f"{R.fmt_ms(g[c]['p50_us'])} ms (index {st['index']['state']})"))
         if 64 in g:
-            runs = [(q, st[q][64]) for q in ("x_gene", "x_rows", "obsm")
-                    if isinstance(st.get(q), dict) and 64 in st[q] and "cpu_pct" in st[q][64]]
+            runs = [(q, client_runs(st[q], client)[64]) for q in ("x_gene", "x_rows", "obsm")
+                    if isinstance(st.get(q), dict) and 64 in client_runs(st[q], client)
+                    and "cpu_pct" in client_runs(st[q], client)[64]]
             if runs:
                 # The client runs on the same two cores and takes its share, so
                 # "both cores" means the work is spread: each request thread
@@ -595,45 +648,112 @@ def matrix_targets(out):
                 # another carries the load).
                 t.append((f"{store}: 64 connections use both cores (each request thread does "
                           "at least 1/3 of cellar's CPU, each query; cellar's CPU = threads, "
-                          "machine busy in parentheses)",
+                          f"machine busy in parentheses) ({client})",
                           all(balanced(r.get("thread_pct", [])) for _, r in runs),
                           ", ".join(f"{q} {r['cpu_pct']:.0f}% = "
                                     f"{'+'.join(str(x) for x in r.get('thread_pct', []))} "
                                     f"({r['machine_pct']:.0f}%)" for q, r in runs)))
-    st = out["stores"].get("matrix.h5ad", {})
-    for qid, h in out["h5grove"].items():
+    for qid in out["h5grove"]:
         for c in MATRIX_CONNS:
-            if c not in h or not isinstance(st.get(qid), dict) or c not in st[qid]:
-                continue
-            r = st[qid][c]["rps"] / logical_rps(h[c], h["per_logical"])
-            t.append((f"matrix.h5ad {qid}: >= 20x h5grove's requests/s ({c} conn.)", r >= 20,
-                      f"{r:.1f}x"))
+            r = h5grove_ratio(out, qid, c, client)
+            if r is not None:
+                t.append((f"matrix.h5ad {qid}: >= 20x h5grove's requests/s ({c} conn.) "
+                          f"({client})", r >= 20, f"{r:.1f}x"))
     return t
 
 
+def client_cpu_per_response(res):
+    """The client's CPU (user + system) per response, in microseconds."""
+    return res["client_cpu_us"] / max(res["requests"], 1)
+
+
 def client_note(out):
-    """Which client measured the matrices, and why not wrk."""
-    if MATRICES_CLIENT != "loadgen":
-        return ("- Client: wrk (`bench/wrk/paths.lua`), for cellar and h5grove alike; it reads "
-                "8 KiB per recv, so on large bodies it can limit the numbers.")
-    per = []
+    """Which clients measured the matrices, and why loadgen is the primary one."""
+    h5ad = out["stores"].get("matrix.h5ad") or {}
+    per, cost = [], []
     for qid in ("x_gene", "x_rows", "obsm"):
-        r = ((out["stores"].get("matrix.h5ad") or {}).get(qid) or {}).get(64)
+        q = h5ad.get(qid) or {}
+        r, w = q.get(64), (q.get("wrk") or {}).get(64)
         if r and r.get("requests"):
             per.append(f"{qid} {r['recv_calls'] / r['requests']:.1f}")
-    return ("- Client: `bench/loadgen` (`bench/loadgen.c`, built by `bench/run.sh`), not wrk, "
-            "for cellar and h5grove alike (both sides of every ratio): wrk (like h2load and "
-            "ab) reads the socket 8 KiB per recv, so an 800 KB body (a gene column at "
-            "BENCH_SCALE=1) costs it ~100 recv calls, and on the two cores it shares with the "
-            "server its one thread ran at a full core on these bodies while cellar had CPU to "
-            "spare: the client, not the server, set the numbers. loadgen reads up to 1 MiB per recv (the body "
-            "is still copied out of the kernel, as any client does): one thread, epoll, "
-            "keep-alive connections in a closed loop (each sends its next request when the "
-            "previous answer is complete), paths drawn at random with a fixed seed, or "
-            "cycled in file order for h5grove's groups, as `bench/wrk/paths.lua` does; "
-            "latency runs from the request's send to the last byte of the body. "
-            + (f"recv calls per response in this run (`.h5ad`, c64): {', '.join(per)}."
-               if per else ""))
+        if r and w and "client_cpu_us" in r and "client_cpu_us" in w:
+            cost.append(f"{qid} ({q['body_bytes']:,} bytes) {client_cpu_per_response(r):.0f} us "
+                        f"against {client_cpu_per_response(w):.0f} us")
+    return ("- Clients: issue 5 names wrk, so every query (cellar `.h5ad`, cellar `.zarr`, "
+            "h5grove) runs at 1 and 64 connections under both `bench/loadgen` "
+            "(`bench/loadgen.c`, built by `bench/run.sh`) and wrk 1 thread "
+            "(`bench/wrk/paths.lua`), one client right after the other on the same server; "
+            "each client measures both sides of every ratio (cellar and h5grove under the same "
+            "client, never mixed). loadgen's numbers are the Queries table above; wrk's are "
+            "\"Same queries under wrk\" below, and the targets are checked under each. "
+            "loadgen is the primary client because it measures the server, not itself: wrk "
+            "(like h2load and ab) reads the socket 8 KiB per recv, so an 800 KB body (a gene "
+            "column at BENCH_SCALE=1) costs it ~100 recv calls, and on the two cores it shares "
+            "with the server its one thread can reach a full core on these bodies while cellar "
+            "has CPU to spare: then the client, not the server, sets the numbers. loadgen "
+            "reads up to 1 MiB per recv (the body is still copied out of the kernel, as any "
+            "client does): one thread, epoll, keep-alive connections in a closed loop (each "
+            "sends its next request when the previous answer is complete), paths drawn at "
+            "random with a fixed seed, or cycled in file order for h5grove's groups, as "
+            "`bench/wrk/paths.lua` does; latency runs from the request's send to the last byte "
+            "of the body. "
+            + (f"loadgen's recv calls per response in this run (`.h5ad`, c64): {', '.join(per)}. "
+               if per else "")
+            + ("Client CPU per response in this run (`.h5ad`, c64), loadgen against wrk: "
+               + "; ".join(cost) + "." if cost else ""))
+
+
+# The wrk table's query names (the Queries table has the long ones).
+SHORT_LABELS = {"x_gene": "gene column", "x_rows": "100 cells' rows", "obsm": "obsm X_umap"}
+
+
+def wrk_markdown(out, labels):
+    """The wrk table: the same queries, cellar and h5grove, under wrk."""
+    wrk = MATRICES_ALSO[0]
+    L = ["### Same queries under wrk", ""]
+    L.append(f"| query | server | req/s c1 | p50 ms c1 | req/s c64 | p50 ms c64 | p99 ms c64 "
+             f"| ratio to h5grove c1 | c64 | req/s c64 {wrk} / {MATRICES_CLIENT} "
+             f"| CPU c64: cellar (machine), {wrk} |")
+    L.append("|" + "---|" * 11)
+
+    for qid in ("x_gene", "x_rows", "obsm"):
+        rows = [(f"cellar `{store}`", st.get(qid) or {}, 1, store == "matrix.h5ad")
+                for store, st in out["stores"].items()]
+        h = out["h5grove"].get(qid) or {}
+        if "per_logical" in h:
+            rows.append((f"h5grove ({h['per_logical']} request(s) each)", h, h["per_logical"],
+                         False))
+        for server, q, k, ratios in rows:
+            runs, prim = client_runs(q, wrk), client_runs(q, MATRICES_CLIENT)
+            if "note" in q or not runs:
+                continue
+            row = f"| {labels[qid]} | {server} |"
+            r1, r64 = runs.get(1), runs.get(64)
+            row += (f" {logical_rps(r1, k):,.0f} | {R.fmt_ms(r1['p50_us'])} |" if r1
+                    else " — | — |")
+            row += (f" {logical_rps(r64, k):,.0f} | {R.fmt_ms(r64['p50_us'])} | "
+                    f"{R.fmt_ms(r64['p99_us'])} |" if r64 else " — | — | — |")
+            for c in MATRIX_CONNS:
+                r = h5grove_ratio(out, qid, c, wrk) if ratios else None
+                row += f" {r:.1f}x |" if r is not None else " — |"
+            p64 = prim.get(64)
+            row += (f" {r64['rps'] / max(p64['rps'], 1e-9):.2f} |" if r64 and p64 else " — |")
+            cpu = []
+            if r64 and "cpu_pct" in r64:
+                cpu.append(f"{r64['cpu_pct']:.0f}% ({r64['machine_pct']:.0f}%)")
+            if r64 and "client_pct" in r64:
+                cpu.append(f"{wrk} {r64['client_pct']:.0f}%")
+            L.append(row + f" {', '.join(cpu) or '—'} |")
+    L.append("")
+    L.append(f"- Same paths, order, warm-up and duration as loadgen's runs, {wrk} run right "
+             "after loadgen at each connection count on the same server process. h5grove's "
+             "req/s counts its request groups, as above. The ratio columns are cellar's "
+             f"(`.h5ad`) req/s over h5grove's, both under {wrk}. \"req/s c64 {wrk} / "
+             f"{MATRICES_CLIENT}\" compares the two clients on the same row. CPU: cellar's, "
+             "the machine's busy share in parentheses (as above; h5grove's own CPU is not "
+             f"measured), and {wrk}'s user + system time (this process's children's "
+             f"`getrusage` across the {wrk} run), each in percent of one core.")
+    return L
 
 
 def matrix_markdown(cfg, out):
@@ -667,7 +787,7 @@ def matrix_markdown(cfg, out):
              "it); the index state is then polled from the summary "
              "(`X.column_index.state`) until `ready`; every measured row below runs after that.")
     L.append("")
-    L.append("### Queries")
+    L.append(f"### Queries ({MATRICES_CLIENT})")
     L.append("")
     head = "| query | server | body bytes |"
     for c in MATRIX_CONNS:
@@ -694,12 +814,9 @@ def matrix_markdown(cfg, out):
             row += (f" {cpu:.0f}% = {'+'.join(str(x) for x in q[64].get('thread_pct', []))} "
                     f"(machine {q[64]['machine_pct']:.0f}%{client}) |" if cpu is not None
                     else " — |")
-            h = out["h5grove"].get(qid)
             for c in MATRIX_CONNS:
-                if store == "matrix.h5ad" and h and c in h and c in q:
-                    row += f" {q[c]['rps'] / logical_rps(h[c], h['per_logical']):.1f}x |"
-                else:
-                    row += " — |"
+                r = h5grove_ratio(out, qid, c, MATRICES_CLIENT) if store == "matrix.h5ad" else None
+                row += f" {r:.1f}x |" if r is not None else " — |"
             py = st["python"].get(qid)
             if py and 1 in q:
                 row += (f" {fmt_s(py['median_s'])} | "
@@ -753,4 +870,7 @@ def matrix_markdown(cfg, out):
              + ". Gene: `X[:, j].toarray()`; rows: `X[s:s+100]`; obsm: "
              "`anndata.io.read_elem` of `obsm/X_umap`. Median seconds per call; the ratio "
              "is that over cellar's p50 at 1 connection (HTTP included).")
+    if MATRICES_ALSO:
+        L.append("")
+        L += wrk_markdown(out, SHORT_LABELS)
     return "\n".join(L)
