@@ -1,5 +1,7 @@
 #include "api/json_out.h"
 
+#include "common/dtoa.h"
+
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
@@ -41,29 +43,18 @@ static size_t add_point(char *out, size_t n)
     return n;
 }
 
-/* A float64 that reads back from p significant digits reads back from any
- * more, and the nearest p-digit text is then the only candidate (the decimal
- * grid at 15 digits is coarser than two double ulps), so the first precision
- * from 15 up that round-trips gives the shortest text.  Below 15 digits %g
- * already drops the trailing zeros. */
+_Static_assert(NUMBER_TEXT_MAX >= DTOA_TEXT_MAX, "fmt_f64 writes dtoa_shortest's text");
+
+/* Ryu's digits in the layout the printf loop gave (see common/dtoa.h). */
 size_t fmt_f64(double v, char *out)
 {
-    if (!isfinite(v)) {
-        out[0] = '\0';
-        return 0;
-    }
-    int n = 0;
-    /* Subnormals have fewer significant bits: search from one digit. */
-    for (int p = fabs(v) < DBL_MIN ? 1 : 15; p <= 17; p++) {
-        n = snprintf(out, NUMBER_TEXT_MAX - 2, "%.*g", p, v);
-        if (p == 17 || strtod(out, NULL) == v)
-            break;
-    }
-    return add_point(out, (size_t)n);
+    return dtoa_shortest(v, out);
 }
 
-/* The same argument with 6 to 9 digits for float32, through snprintf and
- * strtof: the reference fmt_f32 falls back to. */
+/* The first precision from 6 (1 for subnormals) to 9 whose %g text reads
+ * back through strtof (a float that reads back from p significant digits
+ * reads back from any more, so the first is the shortest): the reference
+ * fmt_f32 falls back to. */
 static size_t fmt_f32_slow(float v, char *out)
 {
     int n = 0;
@@ -142,55 +133,6 @@ static int f32_reads_back(double a, uint64_t d, int p, int k)
     return (double)f == a;
 }
 
-/* %.{p}g's text of d * 10^(k - p + 1), d having exactly p digits: the
- * trailing zeros dropped, fixed notation for -4 <= k < p, else d.ddde+XX. */
-static size_t f32_text(int neg, uint64_t d, int p, int k, char *out)
-{
-    char dig[24];
-    int len = p;
-    for (int i = p - 1; i >= 0; i--) {
-        dig[i] = (char)('0' + d % 10);
-        d /= 10;
-    }
-    while (len > 1 && dig[len - 1] == '0')
-        len--;
-    size_t o = 0;
-    if (neg)
-        out[o++] = '-';
-    if (k < -4 || k >= p) {
-        out[o++] = dig[0];
-        if (len > 1) {
-            out[o++] = '.';
-            for (int i = 1; i < len; i++)
-                out[o++] = dig[i];
-        }
-        out[o++] = 'e';
-        out[o++] = k < 0 ? '-' : '+';
-        int e = k < 0 ? -k : k;
-        if (e >= 100)
-            out[o++] = (char)('0' + e / 100);
-        out[o++] = (char)('0' + e / 10 % 10);
-        out[o++] = (char)('0' + e % 10);
-    } else if (k >= 0) {
-        for (int i = 0; i <= k; i++)
-            out[o++] = i < len ? dig[i] : '0';
-        if (len > k + 1) {
-            out[o++] = '.';
-            for (int i = k + 1; i < len; i++)
-                out[o++] = dig[i];
-        }
-    } else {
-        out[o++] = '0';
-        out[o++] = '.';
-        for (int i = -1; i > k; i--)
-            out[o++] = '0';
-        for (int i = 0; i < len; i++)
-            out[o++] = dig[i];
-    }
-    out[o] = '\0';
-    return o;
-}
-
 /* d9 rounded to fewer digits (div = 10^(9 - p)) into *d; -1 when only
  * snprintf can tell (see fmt_f32). */
 static inline int round_from9(uint64_t d9, int side, uint64_t div, uint64_t *d)
@@ -254,9 +196,9 @@ size_t fmt_f32(float v, char *out)
         if (ok < 0)
             return fmt_f32_slow(v, out);
         if (ok)
-            return add_point(out, f32_text(signbit(v), d, p, k, out));
+            return dtoa_layout(signbit(v) != 0, d, k, p, out);
     }
-    return add_point(out, f32_text(signbit(v), d9, 9, k9, out));
+    return dtoa_layout(signbit(v) != 0, d9, k9, 9, out);
 }
 
 float half_to_float(uint16_t h)

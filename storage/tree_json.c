@@ -10,6 +10,7 @@
 #include <yajl/yajl_parse.h>
 
 #include "common/arena.h"
+#include "common/dtoa.h"
 
 static const char empty_attrs[] = "{}";
 
@@ -959,60 +960,6 @@ int tree_builder_add_edge(tree_builder *b, const char *src, const char *dst,
                         err);
 }
 
-/* format_double's answer without printf for a v of at most 15 significant
- * digits, at most 9 of them after the point, written without exponent
- * (1e-4 <= |v| < 1e15): then %.15g gives exactly that decimal.  The test
- * r / 10^k == |v| is exact: r and 10^k are doubles and the division is
- * correctly rounded, as strtod of the decimal is.  0 when v is not such. */
-static size_t format_simple(char *buf, size_t size, double v)
-{
-    static const double p10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9};
-    double a = fabs(v);
-    if (!(a >= 1e-4 && a < 1e15) || size < 40)
-        return 0;
-    for (int k = 0; k < 10; k++) {
-        double r = nearbyint(a * p10[k]);
-        if (r >= 1e15)
-            return 0;
-        if (r / p10[k] != a)
-            continue;
-        uint64_t ir = (uint64_t)r, scale = (uint64_t)p10[k];
-        uint64_t ip = ir / scale, fp = ir % scale;
-        int n = snprintf(buf, size, "%s%llu.", v < 0 ? "-" : "", (unsigned long long)ip);
-        if (k == 0 || fp == 0)
-            return (size_t)n + (size_t)(buf[n] = '0', buf[n + 1] = '\0', 1);
-        for (int d = k - 1; d >= 0; d--) {
-            buf[n + d] = (char)('0' + fp % 10);
-            fp /= 10;
-        }
-        n += k;
-        while (buf[n - 1] == '0')
-            n--;
-        buf[n] = '\0';
-        return (size_t)n;
-    }
-    return 0;
-}
-
-/* Shortest text that reads back as v, always with a '.' or exponent. */
-static size_t format_double(char *buf, size_t size, double v)
-{
-    size_t quick = format_simple(buf, size, v);
-    if (quick)
-        return quick;
-    int n = 0;
-    for (int prec = 15; prec <= 17; prec++) {
-        n = snprintf(buf, size, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v)
-            break;
-    }
-    if (strspn(buf, "-0123456789") == (size_t)n && (size_t)n + 2 < size) {
-        memcpy(buf + n, ".0", 3);
-        n += 2;
-    }
-    return (size_t)n;
-}
-
 static int column_is_absent(const tree_attr_column *col, int64_t row)
 {
     if (col->kind != TREE_COLUMN_JSON)
@@ -1087,6 +1034,7 @@ static int cap_json_value(capture *c, const char *s)
 static int cap_column_value(capture *c, const tree_attr_column *col, int64_t row)
 {
     char buf[40];
+    _Static_assert(sizeof buf >= DTOA_TEXT_MAX, "room for dtoa_shortest");
     switch (col->kind) {
     case TREE_COLUMN_INT64: {
         long long v = (long long)((const int64_t *)col->values)[row];
@@ -1097,7 +1045,7 @@ static int cap_column_value(capture *c, const tree_attr_column *col, int64_t row
         double v = ((const double *)col->values)[row];
         if (!isfinite(v))
             return cap_null(c) ? 0 : -1;
-        size_t n = format_double(buf, sizeof buf, v);
+        size_t n = dtoa_shortest(v, buf); /* always a '.' or an exponent */
         return cap_number(c, buf, n) ? 0 : -1;
     }
     case TREE_COLUMN_BOOL:
