@@ -11,6 +11,9 @@ Environment:
   BENCH_THREADS       server threads: cellar --threads, the bare
                       libmicrohttpd pool, nginx workers (default: cores)
   BENCH_WRK_THREADS   wrk threads (default 1: the rest is left to the server)
+  BENCH_REPEAT        the trees and matrices sections make each measured run
+                      this many times and keep the median one (default 1);
+                      on a VM whose host takes CPU in bursts (steal) use 3
   BENCH_OUT           the Markdown file to rewrite (default BENCHMARKS.md)
   BENCH_REFS          references to run (default mhd,nginx,h5grove)
   BENCH_ONLY          comma list of scenario ids to run (summary, modlist,
@@ -60,6 +63,25 @@ def log(msg):
 
 # --------------------------------------------------------------------------
 # Processes
+
+
+def stat_ticks():
+    """(busy, total, steal) jiffies of all cores, from /proc/stat.  Busy
+    counts steal: time the hypervisor gave this VM's cores to others."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    return sum(v[:8]) - idle, sum(v[:8]), (v[7] if len(v) > 7 else 0)
+
+
+def steal_pct(t0, t1):
+    """Steal between two stat_ticks(), in percent of one core (200% = two)."""
+    return 100.0 * (os.cpu_count() or 1) * (t1[2] - t0[2]) / max(t1[1] - t0[1], 1)
+
+
+def steal_note(pct):
+    return (f"the hypervisor took {pct:.0f}% of one core's time from this VM (steal, "
+            "`/proc/stat`; 200% = both cores)")
 
 
 def free_port():
@@ -648,7 +670,8 @@ end state their own run (`BENCH_ONLY=trees,matrices` reruns only those).
   (`rna` {manifest['rna_cells']:,}, `prot` {manifest['prot_cells']:,}). Written by
   `bench/make_data.py` with anndata/mudata, seed {manifest['seed']}.
 - Other load: the 1-minute load average was {cfg['load_start']:.1f} at the start and
-  {cfg['load_end']:.1f} at the end ({info['cores']} cores); each scenario runs on cellar and
+  {cfg['load_end']:.1f} at the end ({info['cores']} cores); over the run
+  {steal_note(cfg['steal_core'])}; each scenario runs on cellar and
   right after on its references, so outside load shifts both sides of a ratio.
 - Load: wrk, {cfg['wrk_threads']} thread(s), {cfg['duration']:g} s per run after
   {cfg['warmup']:g} s of warm-up, {cfg['connections']} connections unless stated;
@@ -720,7 +743,13 @@ def old_sections(path):
     return SECTION_RE.sub("", text), blocks
 
 
-def section_block(name, title, cfg, info, body, targets, seconds, client):
+def repeat_note(cfg):
+    n = cfg.get("repeat", 1)
+    return (f", each run made {n} times and the one with the median req/s kept"
+            if n > 1 else "")
+
+
+def section_block(name, title, cfg, info, body, targets, seconds, client, steal):
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     t_lines = [f"| {n} | {'holds' if ok else '**does not hold**'} | {v} |" for n, ok, v in targets]
     return f"""<!-- bench:{name} -->
@@ -728,8 +757,9 @@ def section_block(name, title, cfg, info, body, targets, seconds, client):
 
 - Run: {date}, `{cfg['command']}` ({seconds:.0f} s for this section); {info['cpu']},
   {info['cores']} cores, cellar {info['cellar']} (commit {info['commit']}); load average
-  {cfg['load_start']:.1f} at the start of the run; {client},
-  {cfg['duration']:g} s per run after {cfg['warmup']:g} s of warm-up; cellar `--threads {cfg['threads']}`.
+  {cfg['load_start']:.1f} at the start of the run; over this section
+  {steal_note(steal)}; {client},
+  {cfg['duration']:g} s per run after {cfg['warmup']:g} s of warm-up{repeat_note(cfg)}; cellar `--threads {cfg['threads']}`.
 
 {body}
 
@@ -775,6 +805,7 @@ def main():
         "connections": env_int("BENCH_CONNECTIONS", 16),
         "threads": env_int("BENCH_THREADS", os.cpu_count() or 2),
         "wrk_threads": env_int("BENCH_WRK_THREADS", 1),
+        "repeat": env_int("BENCH_REPEAT", 1),
         "data_dir": os.path.join(HERE, "data", f"scale-{scale:g}"),
         "mhd_bin": os.path.join(HERE, "data", "bin", "mhd_ref"),
         "out": os.environ.get("BENCH_OUT") or os.path.join(REPO, "BENCHMARKS.md"),
@@ -784,9 +815,11 @@ def main():
     }
     cfg["command"] = os.environ.get("BENCH_COMMAND") or (
         f"make bench BENCH_SCALE={scale:g} BENCH_DURATION={cfg['duration']:g}"
+        + (f" BENCH_REPEAT={cfg['repeat']}" if cfg["repeat"] > 1 else "")
         + (f" BENCH_ONLY={os.environ['BENCH_ONLY']}" if cfg["only"] else ""))
     t0 = time.time()
     cfg["load_start"] = os.getloadavg()[0]
+    ticks0 = stat_ticks()
     only = cfg["only"]
     run_core = not only or bool(only - set(SECTIONS))
     # Per run, so that two runs at once (two engineers) do not share one.
@@ -814,6 +847,7 @@ def main():
         targets = check_targets(scenarios, results, cfg)
         all_targets += targets
         cfg["load_end"] = os.getloadavg()[0]
+        cfg["steal_core"] = steal_pct(ticks0, stat_ticks())
         seconds = time.time() - t0
         core_text = write_markdown(cfg["out"], cfg, manifest, scenarios, results, table,
                                    targets, info, seconds)
@@ -824,14 +858,15 @@ def main():
                             ("matrices", "Matrices (issue 5)", sections.run_matrices)):
         if only and name not in only:
             continue
-        t1 = time.time()
+        t1, s1 = time.time(), stat_ticks()
         body, targets = fn(cfg, workdir)
         all_targets += targets
         # One block per section and scale: a full run does not drop the quick one.
         key = f"{name}@{cfg['scale']:g}"
         blocks[key] = section_block(key, f"{title}, BENCH_SCALE={cfg['scale']:g}", cfg, info,
                                     body, targets, time.time() - t1,
-                                    sections.load_client(name, cfg))
+                                    sections.load_client(name, cfg),
+                                    steal_pct(s1, stat_ticks()))
         print(body)
     # The file as it is now (another run may have rewritten it meanwhile):
     # its other parts are kept.

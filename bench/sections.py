@@ -103,14 +103,6 @@ def thread_ticks(pid):
     return out
 
 
-def machine_ticks():
-    """(busy, total) jiffies of all cores, from /proc/stat."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    idle = v[3] + (v[4] if len(v) > 4 else 0)
-    return sum(v[:8]) - idle, sum(v[:8])
-
-
 def python_ref(args, timeout=3600):
     out = subprocess.run([sys.executable, os.path.join(R.HERE, "py_ref.py")] + args,
                          capture_output=True, text=True, timeout=timeout)
@@ -178,21 +170,44 @@ def run_client(client, cfg, base, path_file, connections, seconds, cycle):
 
 def load_paths(cfg, workdir, base, name, paths, connections, client, cpu_pid=None, cycle=False):
     """The client over a list of paths, after a warm-up run; with cpu_pid,
-    the server's CPU use over the measured run (percent of one core)."""
+    the server's CPU use over the measured run (percent of one core).  With
+    BENCH_REPEAT=n the measured run is made n times and the one with the
+    median req/s is kept (whole, with its own latencies and CPU): one burst
+    of steal or outside load then moves no number."""
     path_file = os.path.join(workdir, f"paths-{name}.txt")
     with open(path_file, "w") as f:
         f.write("".join(p + "\n" for p in paths))
     if cfg["warmup"] > 0:
         run_client(client, cfg, base, path_file, connections, cfg["warmup"], cycle)
+    runs = [measured_run(cfg, base, path_file, connections, client, cpu_pid, cycle)
+            for _ in range(max(cfg.get("repeat", 1), 1))]
+    runs.sort(key=lambda r: r["rps"])
+    res = runs[len(runs) // 2]
+    if len(runs) > 1:
+        res["repeat_rps"] = [round(r["rps"]) for r in runs]
+    R.log(f"{name} {client} c{connections}: {res['rps']:.0f} req/s p50 {res['p50_us']}us "
+          f"p99 {res['p99_us']}us errors {res['errors']}"
+          + (f" cpu {res['cpu_pct']:.0f}% threads {res.get('thread_pct')}" if "cpu_pct" in res
+             else "")
+          + f" machine {res['machine_pct']:.0f}% steal {res['steal_pct']:.0f}%"
+          + (f" {client} {res['client_pct']:.0f}%" if "client_pct" in res else "")
+          + (f", {res['recv_calls'] / max(res['requests'], 1):.1f} recv/response"
+             if "recv_calls" in res else "")
+          + (f" (median of {res['repeat_rps']} req/s)" if "repeat_rps" in res else ""))
+    return res
+
+
+def measured_run(cfg, base, path_file, connections, client, cpu_pid, cycle):
     t0, c0 = time.time(), cpu_ticks(cpu_pid) if cpu_pid else None
     th0 = thread_ticks(cpu_pid) if cpu_pid else {}
-    m0 = machine_ticks()
+    m0 = R.stat_ticks()
     res = run_client(client, cfg, base, path_file, connections, cfg["duration"], cycle)
-    m1 = machine_ticks()
+    m1 = R.stat_ticks()
     if "client_cpu_us" in res:
         res["client_pct"] = 100.0 * res["client_cpu_us"] / max(res["duration_us"], 1)
     # The whole machine's busy share, in percent of one core (200% = two).
     res["machine_pct"] = 100.0 * (os.cpu_count() or 1) * (m1[0] - m0[0]) / max(m1[1] - m0[1], 1)
+    res["steal_pct"] = R.steal_pct(m0, m1)
     if cpu_pid:
         c1 = cpu_ticks(cpu_pid)
         wall = max(time.time() - t0, 1e-6)
@@ -203,14 +218,6 @@ def load_paths(cfg, workdir, base, name, paths, connections, client, cpu_pid=Non
         busy = sorted((100.0 * (th1[t] - th0.get(t, 0)) / CLK_TCK / wall for t in th1),
                       reverse=True)
         res["thread_pct"] = [round(b) for b in busy if b >= 1]
-    R.log(f"{name} {client} c{connections}: {res['rps']:.0f} req/s p50 {res['p50_us']}us "
-          f"p99 {res['p99_us']}us errors {res['errors']}"
-          + (f" cpu {res['cpu_pct']:.0f}% threads {res.get('thread_pct')}" if "cpu_pct" in res
-             else "")
-          + f" machine {res['machine_pct']:.0f}%"
-          + (f" {client} {res['client_pct']:.0f}%" if "client_pct" in res else "")
-          + (f", {res['recv_calls'] / max(res['requests'], 1):.1f} recv/response"
-             if "recv_calls" in res else ""))
     return res
 
 
@@ -740,7 +747,8 @@ def wrk_markdown(out, labels):
             row += (f" {r64['rps'] / max(p64['rps'], 1e-9):.2f} |" if r64 and p64 else " — |")
             cpu = []
             if r64 and "cpu_pct" in r64:
-                cpu.append(f"{r64['cpu_pct']:.0f}% ({r64['machine_pct']:.0f}%)")
+                cpu.append(f"{r64['cpu_pct']:.0f}% ({r64['machine_pct']:.0f}%, "
+                           f"steal {r64.get('steal_pct', 0):.0f}%)")
             if r64 and "client_pct" in r64:
                 cpu.append(f"{wrk} {r64['client_pct']:.0f}%")
             L.append(row + f" {', '.join(cpu) or '—'} |")
@@ -750,7 +758,7 @@ def wrk_markdown(out, labels):
              "req/s counts its request groups, as above. The ratio columns are cellar's "
              f"(`.h5ad`) req/s over h5grove's, both under {wrk}. \"req/s c64 {wrk} / "
              f"{MATRICES_CLIENT}\" compares the two clients on the same row. CPU: cellar's, "
-             "the machine's busy share in parentheses (as above; h5grove's own CPU is not "
+             "the machine's busy share and its steal in parentheses (as above; h5grove's own CPU is not "
              f"measured), and {wrk}'s user + system time (this process's children's "
              f"`getrusage` across the {wrk} run), each in percent of one core.")
     return L
@@ -812,7 +820,8 @@ def matrix_markdown(cfg, out):
             client = (f", client {q[64]['client_pct']:.0f}%" if cpu is not None
                       and "client_pct" in q[64] else "")
             row += (f" {cpu:.0f}% = {'+'.join(str(x) for x in q[64].get('thread_pct', []))} "
-                    f"(machine {q[64]['machine_pct']:.0f}%{client}) |" if cpu is not None
+                    f"(machine {q[64]['machine_pct']:.0f}%, steal {q[64].get('steal_pct', 0):.0f}%"
+                    f"{client}) |" if cpu is not None
                     else " — |")
             for c in MATRIX_CONNS:
                 r = h5grove_ratio(out, qid, c, MATRICES_CLIENT) if store == "matrix.h5ad" else None
@@ -849,8 +858,10 @@ def matrix_markdown(cfg, out):
              "thread (`/proc/<pid>/task/*/stat`: the request threads; threads under 1% left "
              "out); in parentheses "
              f"the whole machine's busy share over the same run (`/proc/stat`): cellar, "
-             f"{MATRICES_CLIENT} (same two cores) and anything else running, and the client's "
-             "own CPU (its `getrusage`).")
+             f"{MATRICES_CLIENT} (same two cores) and anything else running, of which steal "
+             "is the time the hypervisor gave this VM's cores to other guests (a run with "
+             "much steal measures a slower machine), and the client's own CPU (its "
+             "`getrusage`).")
     L.append(client_note(out))
     ex = out["h5grove"].get("x_rows", {}).get("example")
     if ex:
