@@ -84,6 +84,20 @@ def steal_note(pct):
             "`/proc/stat`; 200% = both cores)")
 
 
+def copy_gbps():
+    """One core's memory copy speed now (GB/s, best of 5 copies of 64 MiB):
+    the bodies here are copies, and a VM's neighbours change this without
+    any steal showing."""
+    src, dst = bytearray(64 << 20), bytearray(64 << 20)
+    dst[:] = src  # touch every page first
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        dst[:] = src
+        best = min(best, time.perf_counter() - t)
+    return (64 << 20) / best / 1e9
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -671,7 +685,8 @@ end state their own run (`BENCH_ONLY=trees,matrices` reruns only those).
   `bench/make_data.py` with anndata/mudata, seed {manifest['seed']}.
 - Other load: the 1-minute load average was {cfg['load_start']:.1f} at the start and
   {cfg['load_end']:.1f} at the end ({info['cores']} cores); over the run
-  {steal_note(cfg['steal_core'])}; each scenario runs on cellar and
+  {steal_note(cfg['steal_core'])}; one core copied memory at {cfg['copy_start']:.1f} GB/s
+  at the start; each scenario runs on cellar and
   right after on its references, so outside load shifts both sides of a ratio.
 - Load: wrk, {cfg['wrk_threads']} thread(s), {cfg['duration']:g} s per run after
   {cfg['warmup']:g} s of warm-up, {cfg['connections']} connections unless stated;
@@ -749,7 +764,7 @@ def repeat_note(cfg):
             if n > 1 else "")
 
 
-def section_block(name, title, cfg, info, body, targets, seconds, client, steal):
+def section_block(name, title, cfg, info, body, targets, seconds, client, steal, copy):
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     t_lines = [f"| {n} | {'holds' if ok else '**does not hold**'} | {v} |" for n, ok, v in targets]
     return f"""<!-- bench:{name} -->
@@ -758,7 +773,7 @@ def section_block(name, title, cfg, info, body, targets, seconds, client, steal)
 - Run: {date}, `{cfg['command']}` ({seconds:.0f} s for this section); {info['cpu']},
   {info['cores']} cores, cellar {info['cellar']} (commit {info['commit']}); load average
   {cfg['load_start']:.1f} at the start of the run; over this section
-  {steal_note(steal)}; {client},
+  {steal_note(steal)}; one core copied memory at {copy:.1f} GB/s at its start; {client},
   {cfg['duration']:g} s per run after {cfg['warmup']:g} s of warm-up{repeat_note(cfg)}; cellar `--threads {cfg['threads']}`.
 
 {body}
@@ -820,6 +835,7 @@ def main():
     t0 = time.time()
     cfg["load_start"] = os.getloadavg()[0]
     ticks0 = stat_ticks()
+    cfg["copy_start"] = copy_gbps()
     only = cfg["only"]
     run_core = not only or bool(only - set(SECTIONS))
     # Per run, so that two runs at once (two engineers) do not share one.
@@ -858,6 +874,7 @@ def main():
                             ("matrices", "Matrices (issue 5)", sections.run_matrices)):
         if only and name not in only:
             continue
+        copy = copy_gbps()
         t1, s1 = time.time(), stat_ticks()
         body, targets = fn(cfg, workdir)
         all_targets += targets
@@ -866,7 +883,7 @@ def main():
         blocks[key] = section_block(key, f"{title}, BENCH_SCALE={cfg['scale']:g}", cfg, info,
                                     body, targets, time.time() - t1,
                                     sections.load_client(name, cfg),
-                                    steal_pct(s1, stat_ticks()))
+                                    steal_pct(s1, stat_ticks()), copy)
         print(body)
     # The file as it is now (another run may have rewritten it meanwhile):
     # its other parts are kept.
