@@ -74,9 +74,14 @@ def stat_ticks():
     return sum(v[:8]) - idle, sum(v[:8]), (v[7] if len(v) > 7 else 0)
 
 
+def core_pct(t0, t1, field):
+    """One field of stat_ticks() (0 busy, 2 steal) between two readings, in
+    percent of one core (200% = two)."""
+    return 100.0 * (os.cpu_count() or 1) * (t1[field] - t0[field]) / max(t1[1] - t0[1], 1)
+
+
 def steal_pct(t0, t1):
-    """Steal between two stat_ticks(), in percent of one core (200% = two)."""
-    return 100.0 * (os.cpu_count() or 1) * (t1[2] - t0[2]) / max(t1[1] - t0[1], 1)
+    return core_pct(t0, t1, 2)
 
 
 def steal_note(pct):
@@ -835,7 +840,6 @@ def main():
     t0 = time.time()
     cfg["load_start"] = os.getloadavg()[0]
     ticks0 = stat_ticks()
-    cfg["copy_start"] = copy_gbps()
     only = cfg["only"]
     run_core = not only or bool(only - set(SECTIONS))
     # Per run, so that two runs at once (two engineers) do not share one.
@@ -846,6 +850,7 @@ def main():
     info = machine_info(cfg)
     all_targets = []
     if run_core:
+        cfg["copy_start"] = copy_gbps()
         manifest_path = os.path.join(cfg["data_dir"], "manifest.json")
         if data_version(manifest_path) != wanted_data_version():
             shutil.rmtree(cfg["data_dir"], ignore_errors=True)

@@ -206,7 +206,7 @@ def measured_run(cfg, base, path_file, connections, client, cpu_pid, cycle):
     if "client_cpu_us" in res:
         res["client_pct"] = 100.0 * res["client_cpu_us"] / max(res["duration_us"], 1)
     # The whole machine's busy share, in percent of one core (200% = two).
-    res["machine_pct"] = 100.0 * (os.cpu_count() or 1) * (m1[0] - m0[0]) / max(m1[1] - m0[1], 1)
+    res["machine_pct"] = R.core_pct(m0, m1, 0)
     res["steal_pct"] = R.steal_pct(m0, m1)
     if cpu_pid:
         c1 = cpu_ticks(cpu_pid)
@@ -748,7 +748,7 @@ def wrk_markdown(out, labels):
             cpu = []
             if r64 and "cpu_pct" in r64:
                 cpu.append(f"{r64['cpu_pct']:.0f}% ({r64['machine_pct']:.0f}%, "
-                           f"steal {r64.get('steal_pct', 0):.0f}%)")
+                           f"steal {r64['steal_pct']:.0f}%)")
             if r64 and "client_pct" in r64:
                 cpu.append(f"{wrk} {r64['client_pct']:.0f}%")
             L.append(row + f" {', '.join(cpu) or '—'} |")
@@ -820,7 +820,7 @@ def matrix_markdown(cfg, out):
             client = (f", client {q[64]['client_pct']:.0f}%" if cpu is not None
                       and "client_pct" in q[64] else "")
             row += (f" {cpu:.0f}% = {'+'.join(str(x) for x in q[64].get('thread_pct', []))} "
-                    f"(machine {q[64]['machine_pct']:.0f}%, steal {q[64].get('steal_pct', 0):.0f}%"
+                    f"(machine {q[64]['machine_pct']:.0f}%, steal {q[64]['steal_pct']:.0f}%"
                     f"{client}) |" if cpu is not None
                     else " — |")
             for c in MATRIX_CONNS:
