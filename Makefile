@@ -31,7 +31,7 @@ LDLIBS  = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -Wl,--no-as-needed -llz
           -lpthread -lm
 ALL_LDFLAGS = $(LDFLAGS) $(SANFLAGS)
 
-LIB_SRC  := $(wildcard common/*.c storage/*.c api/*.c) $(filter-out server/main.c,$(wildcard server/*.c))
+LIB_SRC  := $(wildcard common/*.c storage/*.c storage/*/*.c api/*.c api/*/*.c) $(filter-out server/main.c,$(wildcard server/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/openapi.o
 UNIT_SRC := $(wildcard tests/unit/*.c)
 UNIT_OBJ := $(UNIT_SRC:%.c=$(BUILD)/%.o)

@@ -13,7 +13,7 @@
 #include "storage/dtype.h"
 #include "storage/node.h"
 
-/* GET /v1/stores: every store under the root (api/stores.c). */
+/* GET /v1/stores: every store under the root (api/v1/stores.c). */
 int api_stores_list(api_request *req, api_response *res, cellar_error *err);
 
 /* GET /v1/stores/{store}: the summary of docs/responses.md. */
@@ -23,7 +23,7 @@ int api_store_summary(api_request *req, api_response *res, cellar_error *err);
  * 404 for a store that is not MuData. */
 int api_mod_list(api_request *req, api_response *res, cellar_error *err);
 
-/* GET/POST {ad}/obs, {ad}/var, {ad}/raw/var (api/frame.c): req->element is
+/* GET/POST {ad}/obs, {ad}/var, {ad}/raw/var (api/v1/frame.c): req->element is
  * "obs" or "var", req->mod names the modality under /mod/{mod}/, req->raw
  * is set under {ad}/raw/.  Parameters rows | obs_names (var_names),
  * columns, categorical=values|codes, format=json|csv|bin|npy. */
@@ -32,13 +32,13 @@ int api_frame(api_request *req, api_response *res, cellar_error *err);
 /* GET {ad}/obs/schema, {ad}/var/schema: the columns' dtypes and encodings. */
 int api_frame_schema(api_request *req, api_response *res, cellar_error *err);
 
-/* GET/POST /v1/stores/{store}/obsmap/{mod} and varmap (api/maps.c):
+/* GET/POST /v1/stores/{store}/obsmap/{mod} and varmap (api/v1/maps.c):
  * req->element is "obsmap" or "varmap", req->mod the modality.  Forward
  * (rows= | obs_names= / var_names=): the 1-based row in the modality, 0 when
  * absent; reverse (mod_rows=): the 0-based global rows. */
 int api_map(api_request *req, api_response *res, cellar_error *err);
 
-/* GET/HEAD /v1/stores/{store}/zarr/{key} (api/zarr_raw.c): req->key is the
+/* GET/HEAD /v1/stores/{store}/zarr/{key} (api/zarr/raw.c): req->key is the
  * zarr key (decoded segments joined by '/').  Streams the key's file of a
  * .zarr store from disk (res->fd), with Range, ETag/Last-Modified of the
  * key and conditional requests answered here; a v2 store without
@@ -47,14 +47,14 @@ int api_map(api_request *req, api_response *res, cellar_error *err);
 int api_zarr_raw(api_request *req, api_response *res, cellar_error *err);
 
 /* GET/POST {ad}/X, {ad}/layers/{name}, {ad}/obsm/{key}, {ad}/varm/{key},
- * {ad}/obsp/{key}, {ad}/varp/{key}, and under {ad}/raw/ (api/matrix.c):
+ * {ad}/obsp/{key}, {ad}/varp/{key}, and under {ad}/raw/ (api/v1/matrix.c):
  * req->element names the element, req->key the key.  Parameters rows |
  * obs_names, cols | var_names (by the element's axes), layout=dense|csr,
  * dtype=safe|stored, format=json|csv|bin|npy.  Column selections of a CSR
  * matrix start the column index (X-Column-Index tells its state). */
 int api_matrix(api_request *req, api_response *res, cellar_error *err);
 
-/* GET {ad}/uns and {ad}/uns/{path...} (api/uns.c): req->key holds the path
+/* GET {ad}/uns and {ad}/uns/{path...} (api/v1/uns.c): req->key holds the path
  * below uns ('/'-joined), NULL for uns itself.  Nested JSON; arrays over
  * 1000 items, sparse matrices and data frames summarized unless named by
  * the path.  format=json. */
@@ -79,7 +79,7 @@ uint64_t api_limit(const api_request *req);
 int api_begin_binary(api_request *req, api_response *res, api_format fmt, dtype_kind dt,
                      const int64_t *shape, int ndim, cellar_error *err);
 
-/* ---- trees (api/trees.c): TreeData obst / vart under {ad} ----
+/* ---- trees (api/v1/trees.c): TreeData obst / vart under {ad} ----
  * req->element is "obst" or "vart", req->key the tree key, req->item the
  * node id of .../nodes/{node}.  Every route takes max_nodes (default
  * 100000; an answer with more nodes is 413 with a hint) and obs_columns

@@ -7,9 +7,9 @@
 #include <strings.h>
 
 #include "api/handlers.h"
-#include "api/json_out.h"
-#include "api/npy_out.h"
-#include "storage/anndata.h"
+#include "api/encode/json_out.h"
+#include "api/encode/npy_out.h"
+#include "storage/anndata/anndata.h"
 #include "storage/selection.h"
 
 static const char *const format_names[] = {

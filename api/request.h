@@ -4,7 +4,7 @@
  * connection, routes it (server/router.c) and calls the handler; api/ never
  * includes microhttpd.h.  Handlers return 0 after filling the response, or a
  * negative cellar_code with err filled; the server renders errors as
- * problem+json (api/problem.c). */
+ * problem+json (api/encode/problem.c). */
 #ifndef CELLAR_API_REQUEST_H
 #define CELLAR_API_REQUEST_H
 

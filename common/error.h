@@ -3,7 +3,7 @@
  * Every fallible function returns 0 or a negative cellar_code.  Where a
  * caller needs to tell the user *why*, the callee also fills a cellar_error
  * (code + human-readable detail); the server turns that into an HTTP status
- * and a problem+json body in exactly one place (api/problem.c). */
+ * and a problem+json body in exactly one place (api/encode/problem.c). */
 #ifndef CELLAR_ERROR_H
 #define CELLAR_ERROR_H
 

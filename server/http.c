@@ -18,12 +18,12 @@
 #include <zlib.h>
 #include <zstd.h>
 
-#include "api/json_out.h"
-#include "api/problem.h"
+#include "api/encode/json_out.h"
+#include "api/encode/problem.h"
 #include "api/request.h"
 #include "server/answer_cache.h"
 #include "server/router.h"
-#include "storage/zarr.h"
+#include "storage/zarr/zarr.h"
 
 /* Bodies smaller than this are sent uncompressed: not worth the CPU. */
 #define COMPRESS_MIN_BYTES 1024

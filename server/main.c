@@ -7,9 +7,9 @@
 #include "server/control.h"
 #include "server/http.h"
 #include "server/metrics.h"
-#include "storage/h5.h"
+#include "storage/hdf5/h5.h"
 #include "storage/registry.h"
-#include "storage/zarr.h"
+#include "storage/zarr/zarr.h"
 
 /* Answers of a megabyte or so (a gene's column, a block of rows) are built
  * in fresh buffers request after request.  glibc would hand such a freed

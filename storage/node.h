@@ -1,8 +1,8 @@
 /* The backend-neutral tree of a store: groups and arrays, their attributes,
  * shapes and types, and reads of a selection.
  *
- * Two backends implement it: storage/h5.c (libhdf5) and, later,
- * storage/zarr.c.  Everything above (storage/anndata.c, api/) sees only this.
+ * Two backends implement it: storage/hdf5/h5.c (libhdf5) and, later,
+ * storage/zarr/zarr.c.  Everything above (storage/anndata/anndata.c, api/) sees only this.
  *
  * Ownership: a store version owns its whole node tree.  Every node pointer
  * handed out here is borrowed and stays valid until the tree's root is

@@ -11,8 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "storage/h5.h"
-#include "storage/zarr.h"
+#include "storage/hdf5/h5.h"
+#include "storage/zarr/zarr.h"
 
 /* How long a reopen of a file rewritten in place waits for requests still
  * reading the old version (libhdf5 shares open files by device and inode, so

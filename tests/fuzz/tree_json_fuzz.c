@@ -12,8 +12,8 @@
 #include "tests/fuzz/fuzz.h"
 #include "common/arena.h"
 #include "common/error.h"
-#include "storage/tree_index.h"
-#include "storage/tree_json.h"
+#include "storage/trees/tree_index.h"
+#include "storage/trees/tree_json.h"
 
 static void check_tree(const tree_index *t)
 {

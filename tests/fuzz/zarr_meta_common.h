@@ -12,7 +12,7 @@
 
 #include "tests/fuzz/fuzz.h"
 #include "common/arena.h"
-#include "storage/zarr_impl.h"
+#include "storage/zarr/zarr_impl.h"
 
 static void fuzz_read_fill(const zarr_array *za)
 {

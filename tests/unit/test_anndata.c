@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "storage/anndata.h"
-#include "storage/name_index.h"
+#include "storage/anndata/anndata.h"
+#include "storage/anndata/name_index.h"
 #include "storage/node_impl.h"
 #include "tests/unit/mem_node.h"
 #include "tests/unit/unit.h"

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/csv_out.h"
-#include "api/json_out.h"
-#include "api/npy_out.h"
+#include "api/encode/csv_out.h"
+#include "api/encode/json_out.h"
+#include "api/encode/npy_out.h"
 #include "api/request.h"
 #include "common/arena.h"
 #include "common/buf.h"

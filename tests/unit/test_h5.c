@@ -1,4 +1,4 @@
-/* storage/h5.c against small HDF5 files written here with the C API. */
+/* storage/hdf5/h5.c against small HDF5 files written here with the C API. */
 #include <fcntl.h>
 #include <hdf5.h>
 #include <math.h>
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "common/arena.h"
-#include "storage/h5.h"
+#include "storage/hdf5/h5.h"
 #include "storage/node.h"
 #include "tests/unit/unit.h"
 

@@ -1,4 +1,4 @@
-/* storage/h5_direct.c through storage/h5.c: direct reads (pread + decode
+/* storage/hdf5/h5_direct.c through storage/hdf5/h5.c: direct reads (pread + decode
  * outside libhdf5) must equal libhdf5's reads and the values written, for
  * every layout and filter pipeline they take, and must fail cleanly on
  * corrupt chunks. */
@@ -15,8 +15,8 @@
 
 #include <liblzf/lzf.h>
 
-#include "storage/h5.h"
-#include "storage/h5_direct.h"
+#include "storage/hdf5/h5.h"
+#include "storage/hdf5/h5_direct.h"
 #include "storage/node.h"
 #include "tests/unit/unit.h"
 

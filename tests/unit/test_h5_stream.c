@@ -1,4 +1,4 @@
-/* storage/h5_stream.c on files written by h5py and treedata: the streamed
+/* storage/hdf5/h5_stream.c on files written by h5py and treedata: the streamed
  * bytes must be exactly the string h5py reads, in pieces of at most the
  * piece size (a string of 2.5 MiB crosses several 1 MiB pieces), and the
  * stream must report that it streamed (0) rather than "not handled here"
@@ -14,10 +14,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "storage/h5.h"
-#include "storage/h5_stream.h"
+#include "storage/hdf5/h5.h"
+#include "storage/hdf5/h5_stream.h"
 #include "storage/node.h"
-#include "storage/trees.h"
+#include "storage/trees/trees.h"
 #include "tests/unit/unit.h"
 
 enum { PIECE = 1 << 20 };

@@ -9,7 +9,7 @@
 
 #include <inttypes.h>
 
-#include "api/json_out.h"
+#include "api/encode/json_out.h"
 #include "common/buf.h"
 #include "tests/unit/unit.h"
 

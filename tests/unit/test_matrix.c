@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "storage/column_index.h"
-#include "storage/matrix.h"
+#include "storage/anndata/column_index.h"
+#include "storage/anndata/matrix.h"
 #include "tests/unit/mem_node.h"
 #include "tests/unit/unit.h"
 

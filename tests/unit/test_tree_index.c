@@ -7,8 +7,8 @@
 
 #include "common/arena.h"
 #include "common/error.h"
-#include "storage/tree_index.h"
-#include "storage/tree_json.h"
+#include "storage/trees/tree_index.h"
+#include "storage/trees/tree_json.h"
 #include "tests/unit/unit.h"
 
 /* What treedata 0.4.0's write_h5td stores (json.dumps; "edges" first). */

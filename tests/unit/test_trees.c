@@ -1,11 +1,11 @@
-/* storage/trees.c over the in-memory backend, and api/newick_out.c. */
+/* storage/trees/trees.c over the in-memory backend, and api/encode/newick_out.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/newick_out.h"
-#include "storage/tree_json.h"
-#include "storage/trees.h"
+#include "api/encode/newick_out.h"
+#include "storage/trees/tree_json.h"
+#include "storage/trees/trees.h"
 #include "tests/unit/mem_node.h"
 #include "tests/unit/unit.h"
 

@@ -18,8 +18,8 @@
 
 #include "storage/codecs.h"
 #include "storage/node.h"
-#include "storage/zarr.h"
-#include "storage/zarr_impl.h"
+#include "storage/zarr/zarr.h"
+#include "storage/zarr/zarr_impl.h"
 #include "tests/unit/unit.h"
 
 /* ---- writing stores ----------------------------------------------------- */

@@ -12,7 +12,7 @@
 #include <zstd.h>
 
 #include "storage/node.h"
-#include "storage/zarr.h"
+#include "storage/zarr/zarr.h"
 #include "tests/unit/unit.h"
 
 #define ROWS 7

@@ -1,0 +1,825 @@
+/* GET/HEAD /v1/stores/{store}/zarr/{key}: the stored bytes of one key of a
+ * .zarr directory store, so zarr clients (zarr-python over fsspec HTTP,
+ * zarrita.js) read a store through cellar unchanged.
+ *
+ * The key's file is opened here and handed to the server as res->fd, which
+ * sends it with sendfile (no copy, no compression).  Keys are resolved as
+ * strictly as store names: plain relative segments only, and the opened
+ * file must lie inside the store directory (checked on the opened fd, so a
+ * symlink swapped in between cannot escape).  Anything that is not a
+ * regular file inside the store is 404, never 403.  Keys are opened
+ * relative to the store directory's descriptor, and a key whose file was
+ * already proven inside, unchanged since (same identity, ctime included),
+ * skips the /proc check and reuses its formatted validators, so a repeated
+ * key costs open, fstat and sendfile like a static file server.
+ *
+ * Validators are the key's own: the store version's ETag combined with the
+ * file's inode, size and mtime (a chunk rewritten in place changes it), and
+ * the file's mtime as Last-Modified; `Cache-Control: no-cache` because
+ * chunks may be rewritten in place.  If-None-Match (then If-Modified-Since)
+ * answers 304.
+ *
+ * Range: one `bytes=a-b`, `bytes=a-` or `bytes=-n` answers 206 with
+ * Content-Range; an unsatisfiable one 416 with `Content-Range: bytes
+ * * /size`.  Several ranges in one header are answered 200 with the whole
+ * body (RFC 9110 14.2 lets a server ignore Range); a Range that is not in
+ * bytes or not well-formed is ignored the same way.  If-Range is honoured.
+ *
+ * A v2 store without .zmetadata is answered `.zmetadata` with consolidated
+ * metadata built from its per-node files (zarr_build_consolidated), and the
+ * root zarr.json of a v3 store without consolidated metadata is answered
+ * with it inlined (zarr_build_consolidated_v3); both are cached
+ * per store version, so clients do not probe key by key. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/handlers.h"
+#include "api/encode/problem.h"
+#include "storage/zarr/zarr.h"
+
+#define KEY_MAX 2048
+
+typedef enum range_kind { RANGE_WHOLE = 0, RANGE_PART, RANGE_UNSATISFIABLE } range_kind;
+
+/* A key is a relative path of plain segments: no "", ".", ".." segments, no
+ * leading '/', no backslash or control characters. */
+static int key_is_safe(const char *key)
+{
+    size_t len = strlen(key);
+    if (len == 0 || len > KEY_MAX || key[0] == '/')
+        return 0;
+    for (const char *p = key; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f || *p == '\\')
+            return 0;
+    const char *s = key;
+    for (;;) {
+        const char *e = strchr(s, '/');
+        size_t seg = e ? (size_t)(e - s) : strlen(s);
+        if (seg == 0 || (seg == 1 && s[0] == '.') || (seg == 2 && s[0] == '.' && s[1] == '.'))
+            return 0;
+        if (!e)
+            return 1;
+        s = e + 1;
+    }
+}
+
+/* A copy of text for the server log: control characters as '?', so a
+ * refused key cannot forge log lines. */
+static const char *log_text(arena *a, const char *text)
+{
+    char *out = arena_strdup(a, text);
+    if (!out)
+        return "(out of memory)";
+    for (char *p = out; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
+    return out;
+}
+
+static const char *base_name(const char *key)
+{
+    const char *slash = strrchr(key, '/');
+    return slash ? slash + 1 : key;
+}
+
+/* Metadata documents are JSON; everything else (chunks, shards) is bytes. */
+static const char *key_content_type(const char *key)
+{
+    static const char *const meta[] = {".zarray", ".zgroup", ".zattrs", ".zmetadata",
+                                       "zarr.json"};
+    const char *b = base_name(key);
+    for (size_t i = 0; i < sizeof meta / sizeof *meta; i++)
+        if (!strcmp(b, meta[i]))
+            return "application/json";
+    return "application/octet-stream";
+}
+
+static void http_date(struct timespec ts, char *out, size_t n)
+{
+    struct tm tm;
+    time_t t = ts.tv_sec;
+    gmtime_r(&t, &tm);
+    strftime(out, n, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+}
+
+static int parse_http_date(const char *text, time_t *out)
+{
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *end = strptime(text, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    if (!end)
+        return -1;
+    *out = timegm(&tm);
+    return 0;
+}
+
+#define ETAG_MAX 192
+#define DATE_MAX 40
+
+/* The key's validator: the store version's ETag (quoted) with the file's
+ * identity appended inside the quotes.  -1 when it does not fit. */
+static int key_etag(const char *store_tag, const struct stat *st, char out[ETAG_MAX])
+{
+    size_t len = strlen(store_tag);
+    if (len < 2 || len >= ETAG_MAX)
+        return -1;
+    memcpy(out, store_tag, len - 1);
+    int n = snprintf(out + len - 1, ETAG_MAX - (len - 1),
+                     "-k%" PRIx64 "-%" PRIx64 "-%" PRIx64 ".%lx\"", (uint64_t)st->st_ino,
+                     (uint64_t)st->st_size, (uint64_t)st->st_mtim.tv_sec,
+                     (unsigned long)st->st_mtim.tv_nsec);
+    return n < 0 || (size_t)n >= ETAG_MAX - (len - 1) ? -1 : 0;
+}
+
+/* If-None-Match: a list of entity tags or "*"; weak comparison (a W/
+ * prefix is ignored). */
+static int etag_list_matches(const char *header, const char *etag)
+{
+    size_t elen = strlen(etag);
+    const char *s = header;
+    while (*s) {
+        while (*s == ' ' || *s == '\t' || *s == ',')
+            s++;
+        if (!*s)
+            break;
+        if (*s == '*')
+            return 1;
+        if (!strncmp(s, "W/", 2))
+            s += 2;
+        const char *e = s;
+        if (*e == '"') {
+            e = strchr(e + 1, '"');
+            e = e ? e + 1 : s + strlen(s);
+        } else {
+            while (*e && *e != ',')
+                e++;
+        }
+        if ((size_t)(e - s) == elen && !memcmp(s, etag, elen))
+            return 1;
+        s = e;
+    }
+    return 0;
+}
+
+/* Parses a decimal number, saturating at UINT64_MAX (a huge position is
+ * still a position: past the end); -1 when empty or not all digits. */
+static int parse_u64(const char *s, size_t len, uint64_t *out)
+{
+    if (len == 0)
+        return -1;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        unsigned d = (unsigned)(s[i] - '0');
+        v = v > (UINT64_MAX - d) / 10 ? UINT64_MAX : v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Interprets a Range header against a body of `size` bytes. */
+static range_kind parse_range(const char *header, uint64_t size, uint64_t *first,
+                              uint64_t *len)
+{
+    while (*header == ' ')
+        header++;
+    if (strncasecmp(header, "bytes=", 6) != 0)
+        return RANGE_WHOLE; /* another unit: ignored */
+    const char *spec = header + 6;
+    while (*spec == ' ')
+        spec++;
+    if (strchr(spec, ','))
+        return RANGE_WHOLE; /* several ranges: the whole body, 200 */
+    size_t n = strlen(spec);
+    while (n && (spec[n - 1] == ' ' || spec[n - 1] == '\t'))
+        n--;
+    const char *dash = memchr(spec, '-', n);
+    if (!dash)
+        return RANGE_WHOLE; /* malformed: ignored */
+    size_t a_len = (size_t)(dash - spec), b_len = n - a_len - 1;
+    uint64_t a = 0, b = 0;
+    if (a_len == 0) { /* bytes=-n: the last n bytes */
+        if (parse_u64(dash + 1, b_len, &b) != 0)
+            return RANGE_WHOLE;
+        if (b == 0 || size == 0)
+            return RANGE_UNSATISFIABLE;
+        if (b > size)
+            b = size;
+        *first = size - b;
+        *len = b;
+        return RANGE_PART;
+    }
+    if (parse_u64(spec, a_len, &a) != 0)
+        return RANGE_WHOLE;
+    if (b_len == 0) {
+        b = UINT64_MAX;
+    } else {
+        if (parse_u64(dash + 1, b_len, &b) != 0)
+            return RANGE_WHOLE;
+        if (b < a)
+            return RANGE_UNSATISFIABLE;
+    }
+    if (a >= size)
+        return RANGE_UNSATISFIABLE;
+    if (b >= size)
+        b = size - 1;
+    *first = a;
+    *len = b - a + 1;
+    return RANGE_PART;
+}
+
+/* If-Range: the Range applies only when the validator still matches
+ * (an entity tag compared strongly, or the exact Last-Modified date). */
+static int if_range_holds(const char *header, const char *etag, struct timespec mtime)
+{
+    if (!header)
+        return 1;
+    while (*header == ' ')
+        header++;
+    if (header[0] == '"')
+        return !strcmp(header, etag);
+    if (!strncmp(header, "W/", 2))
+        return 0;
+    time_t t;
+    return parse_http_date(header, &t) == 0 && t == mtime.tv_sec;
+}
+
+typedef struct validators {
+    const char *etag;
+    const char *last_modified; /* mtime as an HTTP date */
+    struct timespec mtime;
+} validators;
+
+static int add_validators(api_request *req, api_response *res, const validators *v,
+                          cellar_error *err)
+{
+    if (api_add_header(req, res, "ETag", v->etag) ||
+        api_add_header(req, res, "Last-Modified", v->last_modified) ||
+        api_add_header(req, res, "Cache-Control", "no-cache") ||
+        api_add_header(req, res, "Accept-Ranges", "bytes"))
+        return cellar_fail(err, CELLAR_EINTERNAL, "too many response headers");
+    return 0;
+}
+
+/* 304 when the client's copy is current: If-None-Match, else
+ * If-Modified-Since (whole seconds). */
+static int not_modified(const api_request *req, const validators *v)
+{
+    const char *inm = api_request_header(req, "If-None-Match");
+    if (inm)
+        return etag_list_matches(inm, v->etag);
+    const char *ims = api_request_header(req, "If-Modified-Since");
+    time_t since;
+    return ims && parse_http_date(ims, &since) == 0 && v->mtime.tv_sec <= since;
+}
+
+/* Decides status and the byte span [*first, *first + *len) of a body of
+ * `size` bytes: 304, 206, 416 (with its problem body) or 200.  Adds the
+ * headers. */
+static int answer_span(api_request *req, api_response *res, const validators *v,
+                       uint64_t size, uint64_t *first, uint64_t *len, cellar_error *err)
+{
+    int rc = add_validators(req, res, v, err);
+    if (rc)
+        return rc;
+    *first = 0;
+    *len = size;
+    if (not_modified(req, v)) {
+        res->status = 304;
+        *len = 0;
+        return 0;
+    }
+    res->status = 200;
+    const char *range = api_request_header(req, "Range");
+    if (!range || !if_range_holds(api_request_header(req, "If-Range"), v->etag, v->mtime))
+        return 0;
+    char text[96];
+    switch (parse_range(range, size, first, len)) {
+    case RANGE_WHOLE:
+        *first = 0;
+        *len = size;
+        return 0;
+    case RANGE_PART:
+        snprintf(text, sizeof text, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, *first,
+                 *first + *len - 1, size);
+        res->status = 206;
+        break;
+    case RANGE_UNSATISFIABLE: {
+        snprintf(text, sizeof text, "bytes */%" PRIu64, size);
+        cellar_error e;
+        cellar_error_clear(&e);
+        cellar_fail(&e, CELLAR_ERANGE, "the range '%.100s' is outside key '%.300s' (%" PRIu64
+                    " bytes)", range, req->key, size);
+        res->status = problem_render(&e, req->path, &res->body);
+        res->content_type = PROBLEM_CONTENT_TYPE;
+        *first = 0;
+        *len = 0;
+        break;
+    }
+    }
+    if (api_add_header(req, res, "Content-Range", text))
+        return cellar_fail(err, CELLAR_EINTERNAL, "too many response headers");
+    return 0;
+}
+
+/* ---- built .zmetadata ---- */
+
+typedef struct built_doc {
+    char *text;
+    size_t len;
+} built_doc;
+
+/* Builds .zmetadata for a v2 store; the store directory is ctx. */
+static int build_zmetadata(void *ctx, void **value, size_t *bytes, cellar_error *err)
+{
+    built_doc *doc = calloc(1, sizeof *doc);
+    if (!doc)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    int rc = zarr_build_consolidated(ctx, &doc->text, &doc->len, err);
+    if (rc) {
+        free(doc);
+        return rc;
+    }
+    *value = doc;
+    *bytes = sizeof *doc + doc->len;
+    return 0;
+}
+
+/* Builds the root zarr.json of a v3 store with consolidated metadata
+ * inlined; text stays NULL when the store has its own (serve the file). */
+static int build_zarr_json(void *ctx, void **value, size_t *bytes, cellar_error *err)
+{
+    built_doc *doc = calloc(1, sizeof *doc);
+    if (!doc)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    cellar_error inner;
+    cellar_error_clear(&inner);
+    int rc = zarr_build_consolidated_v3(ctx, &doc->text, &doc->len, &inner);
+    if (rc && rc != CELLAR_ENOTFOUND) {
+        free(doc);
+        *err = inner;
+        return rc;
+    }
+    *value = doc;
+    *bytes = sizeof *doc + doc->len;
+    return 0;
+}
+
+static void free_zmetadata(void *value)
+{
+    built_doc *doc = value;
+    if (doc)
+        free(doc->text);
+    free(doc);
+}
+
+/* The consolidated document built for this store version (cached), or
+ * NULL text when there is nothing to build. */
+static int built_doc_get(store *s, int v3, const built_doc **out, cellar_error *err)
+{
+    void *value = NULL;
+    int rc = store_derived(s, v3 ? "zarr-raw:zarr.json" : "zarr-raw:.zmetadata",
+                           v3 ? build_zarr_json : build_zmetadata, (void *)store_path(s),
+                           free_zmetadata, &value, err);
+    *out = value;
+    return rc;
+}
+
+static int serve_built_doc(api_request *req, api_response *res, const built_doc *doc,
+                           const char *suffix, cellar_error *err)
+{
+    store *s = req->store;
+    int rc = 0;
+    const char *tag = store_etag(s);
+    size_t tl = strlen(tag);
+    char *etag = arena_alloc(req->arena, tl + strlen(suffix) + 4);
+    if (!etag || tl < 2)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    memcpy(etag, tag, tl - 1);
+    sprintf(etag + tl - 1, "-%s\"", suffix);
+    char date[DATE_MAX];
+    http_date(store_mtime(s), date, sizeof date);
+    validators v = {etag, date, store_mtime(s)};
+    uint64_t first = 0, len = 0;
+    rc = answer_span(req, res, &v, doc->len, &first, &len, err);
+    if (rc)
+        return rc;
+    if (res->status == 200 || res->status == 206) {
+        res->content_type = "application/json";
+        if (buf_append(&res->body, doc->text + first, (size_t)len) != 0)
+            return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+/* ---- files ---- */
+
+/* What a request needs of an opened key: its stat and its validators. */
+typedef struct opened_key {
+    int fd;
+    struct stat st;
+    char etag[ETAG_MAX];
+    char date[DATE_MAX];
+} opened_key;
+
+/* Keys already proven to lie inside the store, per store version: a
+ * direct-mapped table (a key's slot is its hash; a newer key takes the
+ * slot), so memory stays bounded whatever clients ask for.  A slot holds the
+ * file's identity as it was when /proc/self/fd showed it inside the store,
+ * and the validators made from it.  An opened file with the same device,
+ * inode, size, mtime and ctime is that same file, not moved (a rename or a
+ * new hard link changes ctime) and not rewritten, so the per-request
+ * readlink and the ETag and date formatting are skipped.  Slots are guarded
+ * by striped locks: requests for different keys rarely wait on each other. */
+#define KEY_SLOTS 4096
+#define KEY_LOCKS 64
+
+/* Small keys' bytes are kept in the slot too, so a repeated key costs one
+ * fstatat (its identity unchanged) and no open, fstat, sendfile or close.
+ * Only files unchanged for SETTLED_SECONDS are kept: a write in the same
+ * timestamp tick as our read would leave mtime and ctime as they were
+ * (the "racily clean" case), so a file still being written is read from
+ * disk each time instead. */
+#define KEPT_KEY_MAX (64 * 1024)
+#define KEPT_STORE_MAX ((size_t)32 * 1024 * 1024)
+#define SETTLED_SECONDS 2
+
+typedef struct key_slot {
+    uint64_t hash;
+    char *text; /* "key\0etag\0date\0" in one allocation; NULL = empty */
+    char *bytes; /* the file's bytes (st_size of them), or NULL */
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime, ctime;
+} key_slot;
+
+typedef struct raw_keys {
+    int dirfd; /* the store directory, for openat */
+    atomic_size_t kept; /* bytes held in slots, at most KEPT_STORE_MAX */
+    pthread_mutex_t locks[KEY_LOCKS];
+    key_slot slots[KEY_SLOTS];
+} raw_keys;
+
+static uint64_t key_hash(const char *key)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    return h;
+}
+
+static int same_file(const key_slot *k, const struct stat *st)
+{
+    return k->dev == st->st_dev && k->ino == st->st_ino && k->size == st->st_size &&
+           k->mtime.tv_sec == st->st_mtim.tv_sec && k->mtime.tv_nsec == st->st_mtim.tv_nsec &&
+           k->ctime.tv_sec == st->st_ctim.tv_sec && k->ctime.tv_nsec == st->st_ctim.tv_nsec;
+}
+
+/* Whether key was proven inside with the identity of o->st; then copies
+ * the validators made at that time into o. */
+static int raw_keys_find(raw_keys *keys, const char *key, uint64_t hash, opened_key *o)
+{
+    size_t i = (size_t)(hash % KEY_SLOTS);
+    key_slot *k = &keys->slots[i];
+    int found = 0;
+    pthread_mutex_lock(&keys->locks[i % KEY_LOCKS]);
+    if (k->text && k->hash == hash && !strcmp(k->text, key) && same_file(k, &o->st)) {
+        const char *etag = k->text + strlen(k->text) + 1;
+        const char *date = etag + strlen(etag) + 1;
+        memcpy(o->etag, etag, strlen(etag) + 1);
+        memcpy(o->date, date, strlen(date) + 1);
+        found = 1;
+    }
+    pthread_mutex_unlock(&keys->locks[i % KEY_LOCKS]);
+    return found;
+}
+
+/* Remembers that key, as o->st, lies inside the store, with the file's
+ * bytes when given (best effort: out of memory only means the next request
+ * checks again). */
+static void raw_keys_put(raw_keys *keys, const char *key, uint64_t hash, const opened_key *o,
+                         char *bytes)
+{
+    size_t kl = strlen(key) + 1, el = strlen(o->etag) + 1, dl = strlen(o->date) + 1;
+    char *text = malloc(kl + el + dl);
+    if (!text) {
+        free(bytes);
+        return;
+    }
+    memcpy(text, key, kl);
+    memcpy(text + kl, o->etag, el);
+    memcpy(text + kl + el, o->date, dl);
+    size_t i = (size_t)(hash % KEY_SLOTS);
+    key_slot *k = &keys->slots[i];
+    pthread_mutex_lock(&keys->locks[i % KEY_LOCKS]);
+    char *old = k->text, *old_bytes = k->bytes;
+    size_t old_len = old_bytes ? (size_t)k->size : 0;
+    *k = (key_slot){hash, text, bytes, o->st.st_dev, o->st.st_ino, o->st.st_size,
+                    o->st.st_mtim, o->st.st_ctim};
+    pthread_mutex_unlock(&keys->locks[i % KEY_LOCKS]);
+    if (old_bytes)
+        atomic_fetch_sub(&keys->kept, old_len);
+    free(old);
+    free(old_bytes);
+}
+
+/* The bytes of a small, settled regular file, read whole, or NULL when it
+ * is not one, the store's budget is spent, or it changed while read. */
+static char *read_small_key(raw_keys *keys, int fd, const struct stat *st)
+{
+    size_t n = (size_t)st->st_size;
+    time_t now = time(NULL);
+    if (st->st_size <= 0 || st->st_size > KEPT_KEY_MAX ||
+        st->st_mtim.tv_sec > now - SETTLED_SECONDS || st->st_ctim.tv_sec > now - SETTLED_SECONDS)
+        return NULL;
+    if (atomic_fetch_add(&keys->kept, n) + n > KEPT_STORE_MAX) {
+        atomic_fetch_sub(&keys->kept, n);
+        return NULL;
+    }
+    char *bytes = malloc(n);
+    struct stat after;
+    if (!bytes || pread(fd, bytes, n, 0) != (ssize_t)n || fstat(fd, &after) != 0 ||
+        after.st_size != st->st_size || after.st_mtim.tv_sec != st->st_mtim.tv_sec ||
+        after.st_mtim.tv_nsec != st->st_mtim.tv_nsec ||
+        after.st_ctim.tv_sec != st->st_ctim.tv_sec ||
+        after.st_ctim.tv_nsec != st->st_ctim.tv_nsec) {
+        free(bytes);
+        atomic_fetch_sub(&keys->kept, n);
+        return NULL;
+    }
+    return bytes;
+}
+
+/* Whether the slot of key holds its bytes (a hint: checked again under
+ * the lock by raw_keys_copy). */
+static int raw_keys_has_bytes(raw_keys *keys, const char *key, uint64_t hash)
+{
+    size_t i = (size_t)(hash % KEY_SLOTS);
+    key_slot *k = &keys->slots[i];
+    pthread_mutex_lock(&keys->locks[i % KEY_LOCKS]);
+    int has = k->bytes && k->hash == hash && !strcmp(k->text, key);
+    pthread_mutex_unlock(&keys->locks[i % KEY_LOCKS]);
+    return has;
+}
+
+/* Copies the kept bytes [first, first + len) of key into body when the
+ * slot still holds key with the identity of o->st (the caller's fstatat),
+ * with its validators into o.  Returns 1 when copied. */
+static int raw_keys_copy(raw_keys *keys, const char *key, uint64_t hash, opened_key *o,
+                         uint64_t first, uint64_t len, buf *body)
+{
+    size_t i = (size_t)(hash % KEY_SLOTS);
+    key_slot *k = &keys->slots[i];
+    int copied = 0;
+    pthread_mutex_lock(&keys->locks[i % KEY_LOCKS]);
+    if (k->bytes && k->hash == hash && !strcmp(k->text, key) && same_file(k, &o->st) &&
+        first + len <= (uint64_t)k->size) {
+        const char *etag = k->text + strlen(k->text) + 1;
+        const char *date = etag + strlen(etag) + 1;
+        memcpy(o->etag, etag, strlen(etag) + 1);
+        memcpy(o->date, date, strlen(date) + 1);
+        copied = buf_append(body, k->bytes + first, (size_t)len) == 0;
+    }
+    pthread_mutex_unlock(&keys->locks[i % KEY_LOCKS]);
+    return copied;
+}
+
+static void raw_keys_free(void *value)
+{
+    raw_keys *keys = value;
+    if (!keys)
+        return;
+    for (size_t i = 0; i < KEY_SLOTS; i++) {
+        free(keys->slots[i].text);
+        free(keys->slots[i].bytes);
+    }
+    for (size_t i = 0; i < KEY_LOCKS; i++)
+        pthread_mutex_destroy(&keys->locks[i]);
+    if (keys->dirfd >= 0)
+        close(keys->dirfd);
+    free(keys);
+}
+
+/* Opens the store directory (ctx, its canonical path) for this version. */
+static int raw_keys_build(void *ctx, void **value, size_t *bytes, cellar_error *err)
+{
+    raw_keys *keys = calloc(1, sizeof *keys);
+    if (!keys)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    for (size_t i = 0; i < KEY_LOCKS; i++)
+        pthread_mutex_init(&keys->locks[i], NULL);
+    keys->dirfd = open(ctx, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (keys->dirfd < 0) {
+        raw_keys_free(keys);
+        return cellar_fail(err, CELLAR_EIO, "cannot open the store directory");
+    }
+    *value = keys;
+    *bytes = sizeof *keys;
+    return 0;
+}
+
+static int raw_keys_get(store *s, raw_keys **out, cellar_error *err)
+{
+    void *value = NULL;
+    int rc = store_derived(s, "zarr-raw:keys", raw_keys_build, (void *)store_path(s),
+                           raw_keys_free, &value, err);
+    *out = value;
+    return rc;
+}
+
+/* Whether the file open as fd lies inside dir (a canonical path), judged
+ * on the opened file itself; dir/key is what was opened (for the fallback
+ * when /proc is not mounted). */
+static int fd_inside(int fd, const char *dir, const char *key)
+{
+    char link[64], real[PATH_MAX + 1];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, real, sizeof real - 1);
+    if (n > 0) {
+        real[n] = '\0';
+    } else {
+        char path[PATH_MAX];
+        int pn = snprintf(path, sizeof path, "%s/%s", dir, key);
+        char *r = pn < 0 || (size_t)pn >= sizeof path ? NULL : realpath(path, NULL);
+        if (!r)
+            return 0;
+        snprintf(real, sizeof real, "%s", r);
+        free(r);
+    }
+    size_t dl = strlen(dir);
+    return !strncmp(real, dir, dl) && real[dl] == '/';
+}
+
+/* Opens key of the store: a regular file that stays inside, with its
+ * validators.  Returns 0 with o->fd open, CELLAR_ENOTFOUND (*missing set
+ * when nothing is there; errno-like reasons kept out of the detail) or
+ * CELLAR_EIO. */
+static int open_key(arena *a, raw_keys *keys, const char *dir, const char *store_tag,
+                    const char *key, uint64_t hash, opened_key *o, int *missing)
+{
+    *missing = 0;
+    o->fd = -1;
+    /* O_NONBLOCK: a FIFO planted in the store must not hang the thread. */
+    int fd = openat(keys->dirfd, key, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            *missing = 1;
+        return errno == EMFILE || errno == ENFILE || errno == EIO ? CELLAR_EIO
+                                                                    : CELLAR_ENOTFOUND;
+    }
+    if (fstat(fd, &o->st) != 0) {
+        close(fd);
+        return CELLAR_EIO;
+    }
+    if (!S_ISREG(o->st.st_mode)) {
+        close(fd);
+        return CELLAR_ENOTFOUND;
+    }
+    if (raw_keys_find(keys, key, hash, o)) {
+        /* Proven before; keep its bytes now if it was not settled then. */
+        if (o->st.st_size <= KEPT_KEY_MAX && !raw_keys_has_bytes(keys, key, hash)) {
+            char *bytes = read_small_key(keys, fd, &o->st);
+            if (bytes)
+                raw_keys_put(keys, key, hash, o, bytes);
+        }
+    } else {
+        if (!fd_inside(fd, dir, key)) {
+            fprintf(stderr, "cellar: refused zarr key '%.300s': resolves outside its store\n",
+                    log_text(a, key));
+            close(fd);
+            return CELLAR_ENOTFOUND;
+        }
+        if (key_etag(store_tag, &o->st, o->etag) != 0) {
+            close(fd);
+            return CELLAR_EIO;
+        }
+        http_date(o->st.st_mtim, o->date, sizeof o->date);
+        raw_keys_put(keys, key, hash, o, read_small_key(keys, fd, &o->st));
+    }
+    /* Regular files ignore O_NONBLOCK on Linux; cleared anyway so the
+     * descriptor handed to the server behaves like any opened file. */
+    fcntl(fd, F_SETFL, 0);
+    o->fd = fd;
+    return 0;
+}
+
+/* Answers key from its kept bytes when the file still has the identity
+ * they were read with (one fstatat).  Returns 1 when answered (rc in *rc),
+ * 0 to go to the file. */
+static int serve_kept(api_request *req, api_response *res, raw_keys *keys, const char *key,
+                      uint64_t hash, int *rc, cellar_error *err)
+{
+    opened_key o;
+    if (fstatat(keys->dirfd, key, &o.st, 0) != 0 || !S_ISREG(o.st.st_mode))
+        return 0;
+    buf kept = {0};
+    if (!raw_keys_copy(keys, key, hash, &o, 0, (uint64_t)o.st.st_size, &kept)) {
+        buf_destroy(&kept);
+        return 0;
+    }
+    validators v = {o.etag, o.date, o.st.st_mtim};
+    uint64_t first = 0, len = 0;
+    *rc = answer_span(req, res, &v, (uint64_t)o.st.st_size, &first, &len, err);
+    if (*rc == 0 && (res->status == 200 || res->status == 206)) {
+        res->content_type = key_content_type(key);
+        res->stored_bytes = 1;
+        if (first == 0 && len == kept.len) {
+            buf_destroy(&res->body);
+            res->body = kept;
+            kept = (buf){0};
+        } else if (buf_append(&res->body, kept.data + first, (size_t)len) != 0) {
+            *rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+        }
+    }
+    buf_destroy(&kept);
+    return 1;
+}
+
+int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
+{
+    static const char *const allowed[] = {NULL};
+    int rc = api_check_params(req, allowed, err);
+    if (rc)
+        return rc;
+    rc = api_open_store(req, err);
+    if (rc)
+        return rc;
+    store *s = req->store;
+    const char *name = store_name(s);
+    if (store_get_backend(s) != BACKEND_ZARR)
+        return cellar_fail(err, CELLAR_ENOTFOUND,
+                           "store '%.300s' is HDF5: raw zarr keys are served for .zarr stores "
+                           "only (a virtual zarr view of HDF5 stores is planned)",
+                           name);
+    const char *key = req->key ? req->key : "";
+    if (!*key)
+        return cellar_fail(err, CELLAR_ENOTFOUND,
+                           "name a zarr key after /zarr/ (e.g. .zgroup, zarr.json or a chunk)");
+    if (!key_is_safe(key)) {
+        fprintf(stderr, "cellar: refused zarr key '%.300s' of '%.300s' (not a plain relative key)\n",
+                log_text(req->arena, key), name);
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no key '%.300s' in zarr store '%.300s'", key,
+                           name);
+    }
+    raw_keys *keys = NULL;
+    rc = raw_keys_get(s, &keys, err);
+    if (rc)
+        return rc;
+    uint64_t hash = key_hash(key);
+    /* The root zarr.json may be answered with a built document instead. */
+    if (strcmp(key, "zarr.json") != 0 && raw_keys_has_bytes(keys, key, hash) &&
+        serve_kept(req, res, keys, key, hash, &rc, err))
+        return rc;
+    opened_key o;
+    int missing = 0;
+    int orc = open_key(req->arena, keys, store_path(s), store_etag(s), key, hash, &o, &missing);
+    const built_doc *built = NULL;
+    if (orc && missing && !strcmp(key, ".zmetadata") && zarr_store_version(store_path(s)) == 2) {
+        rc = built_doc_get(s, 0, &built, err);
+        return rc ? rc : serve_built_doc(req, res, built, "zmetadata", err);
+    }
+    /* A v3 store without consolidated metadata: its root zarr.json is
+     * answered with every node's document inlined. */
+    if (!orc && !strcmp(key, "zarr.json")) {
+        rc = built_doc_get(s, 1, &built, err);
+        if (rc) {
+            close(o.fd);
+            return rc;
+        }
+        if (built->text) {
+            close(o.fd);
+            return serve_built_doc(req, res, built, "consolidated", err);
+        }
+    }
+    if (orc == CELLAR_EIO)
+        return cellar_fail(err, CELLAR_EIO, "cannot open key '%.300s' of '%.300s'", key, name);
+    if (orc)
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no key '%.300s' in zarr store '%.300s'", key,
+                           name);
+
+    validators v = {o.etag, o.date, o.st.st_mtim};
+    uint64_t first = 0, len = 0;
+    rc = answer_span(req, res, &v, (uint64_t)o.st.st_size, &first, &len, err);
+    if (rc || (res->status != 200 && res->status != 206)) {
+        close(o.fd);
+        return rc;
+    }
+    res->content_type = key_content_type(key);
+    res->fd = o.fd;
+    res->fd_offset = first;
+    res->fd_length = len;
+    return 0;
+}

@@ -1,0 +1,1865 @@
+/* The HDF5 backend of storage/node.h.  The only file that includes hdf5.h.
+ *
+ * Every node keeps its HDF5 object (group or dataset) open for the life of
+ * the tree; the root also holds the file, opened with H5F_CLOSE_STRONG, and
+ * closes it last, so freeing the tree really closes the file.  Calls into
+ * libhdf5 are serialized by its global lock (thread-safe build); nothing
+ * here is shared between calls except immutable per-node ids.
+ *
+ * Direct reads: the root also keeps its own descriptor of the file, and a
+ * numeric dataset gets, on its first read, a plan of where its bytes are
+ * (storage/hdf5/h5_direct.h); reads through a plan pread and decode outside
+ * libhdf5, so they run in parallel.  Datasets that do not qualify (other
+ * filters, compact or virtual layout, external storage, unusual types)
+ * keep the libhdf5 path below. */
+#include "storage/hdf5/h5.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "storage/hdf5/h5_direct.h"
+#include "storage/node_impl.h"
+
+/* Attributes bigger than this are skipped rather than read at open. */
+#define H5_ATTR_MAX_BYTES ((size_t)64 << 20)
+/* Hyperslab blocks OR-ed into one file selection per H5Dread: libhdf5's
+ * cost of OR-ing grows with the selection already built (measured: 100k
+ * scattered rows take 0.15 s in batches of 64, 12 s in batches of 8192). */
+#define H5_READ_BLOCK_BUDGET 64
+/* Short runs are read as a point selection instead (about 0.1 us a point,
+ * against 1.5 us a hyperslab block), when the coordinates stay this small. */
+#define H5_POINTS_MAX_BYTES ((size_t)64 << 20)
+/* Chunked datasets with at most this many allocated chunks get a table of
+ * chunk addresses (listing them costs libhdf5 1.10 time quadratic in their
+ * number); others get their stored chunk bytes through libhdf5, one chunk
+ * at a time, and decode them outside it. */
+#define H5_DIRECT_TABLE_MAX 2048
+
+/* Direct reads (storage/hdf5/h5_direct.c): 0 off, 1 on, 2 on without chunk
+ * tables.  A setting, not shared state: h5_set_direct_reads. */
+static atomic_int h5_direct_mode = 1;
+
+enum { DIRECT_UNPLANNED = 0, DIRECT_READY = 1, DIRECT_NONE = -1 };
+
+typedef struct h5_node {
+    hid_t obj;       /* group or dataset */
+    hid_t file;      /* root only: the file */
+    hid_t ftype;     /* datasets: the stored type */
+    hid_t memtype;   /* datasets: what reads convert to (numeric and strings) */
+    int own_memtype; /* memtype was made here and must be closed */
+    int vlen;        /* strings: variable length */
+    H5T_str_t strpad;
+    /* datasets: bytes per element of libhdf5's type-conversion buffer when
+     * reads convert (strings, enums, byte order), 0 when they do not */
+    size_t conv_size;
+    /* root only: the file for direct reads (-1 when there is none), its
+     * size, and what libhdf5 adds to chunk addresses it reports */
+    int fd;
+    uint64_t file_size;
+    uint64_t chunk_base;
+    /* datasets: the direct-read plan, made on first read under dlock */
+    pthread_mutex_t dlock;
+    int dlock_init;
+    atomic_int dstate; /* DIRECT_*; READY is published after plan */
+    h5d_plan *plan;
+} h5_node;
+
+static int h5_open_child(node *parent, const char *name, node **out, cellar_error *err);
+static int h5_list_children(node *n, arena *a, const char ***names, size_t *count,
+                            cellar_error *err);
+static int h5_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cellar_error *err);
+static int h5_read_strings(node *n, const dim_sel *sel, arena *a, char **out,
+                           cellar_error *err);
+static void h5_destroy(node *n);
+
+static int h5_file_extent(node *n, int *fd, uint64_t *offset, uint64_t *length);
+
+static const node_ops h5_ops = {
+    .open_child = h5_open_child,
+    .list_children = h5_list_children,
+    .read = h5_read,
+    .read_strings = h5_read_strings,
+    .file_extent = h5_file_extent,
+    .destroy = h5_destroy,
+};
+
+/* ---------------------------------------------------------------- errors */
+
+/* libhdf5 keeps its automatic error printing per thread (thread-safe
+ * build), so each thread that calls in switches it off once. */
+static _Thread_local int h5_thread_quiet;
+
+static void h5_quiet(void)
+{
+    if (!h5_thread_quiet) {
+        H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+        h5_thread_quiet = 1;
+    }
+}
+
+typedef struct h5_err_walk {
+    int found;
+    char desc[200];
+} h5_err_walk;
+
+static herr_t h5_err_walk_cb(unsigned n, const H5E_error2_t *e, void *data)
+{
+    (void)n;
+    h5_err_walk *w = data;
+    if (!w->found && e->desc && e->desc[0]) {
+        snprintf(w->desc, sizeof w->desc, "%s", e->desc);
+        w->found = 1;
+    }
+    return 0;
+}
+
+/* Like cellar_fail, adding the most specific message on this thread's HDF5
+ * error stack.  Call it right after the failing HDF5 call: any later API
+ * call clears the stack. */
+__attribute__((format(printf, 3, 4))) static int h5_fail(cellar_error *err, int code,
+                                                        const char *fmt, ...)
+{
+    char msg[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    h5_err_walk w = {0};
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_err_walk_cb, &w);
+    if (w.found)
+        return cellar_fail(err, code, "%s (HDF5: %s)", msg, w.desc);
+    return cellar_fail(err, code, "%s", msg);
+}
+
+/* ----------------------------------------------------------------- UTF-8 */
+
+/* Length of the valid UTF-8 sequence at s (n bytes left), 0 if invalid. */
+static size_t utf8_seq_len(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+        len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+    } else {
+        return 0;
+    }
+    if (n < len || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF)
+            return 0;
+    return len;
+}
+
+/* A malloc'd copy of s[0..n) with every invalid UTF-8 byte replaced by
+ * U+FFFD, or NULL when s is already valid (*out_n untouched) or on OOM
+ * (*oom set). */
+static char *utf8_fix(const char *s, size_t n, size_t *out_n, int *oom)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0, l;
+    while (i < n && (l = utf8_seq_len(u + i, n - i)))
+        i += l;
+    if (i == n)
+        return NULL;
+    if (n > SIZE_MAX / 3) {
+        *oom = 1;
+        return NULL;
+    }
+    char *fixed = malloc(n * 3);
+    if (!fixed) {
+        *oom = 1;
+        return NULL;
+    }
+    size_t o = 0;
+    for (i = 0; i < n;) {
+        l = utf8_seq_len(u + i, n - i);
+        if (l) {
+            memcpy(fixed + o, s + i, l);
+            o += l;
+            i += l;
+        } else {
+            memcpy(fixed + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    *out_n = o;
+    return fixed;
+}
+
+/* A NUL-terminated valid UTF-8 copy of s[0..n) in the arena. */
+static char *arena_utf8(arena *a, const char *s, size_t n)
+{
+    int oom = 0;
+    size_t fn = 0;
+    char *fixed = utf8_fix(s, n, &fn, &oom);
+    if (oom)
+        return NULL;
+    if (!fixed)
+        return arena_strndup(a, s, n);
+    char *r = arena_strndup(a, fixed, fn);
+    free(fixed);
+    return r;
+}
+
+/* A JSON string from s[0..n), invalid UTF-8 replaced. */
+static json_t *json_utf8(const char *s, size_t n)
+{
+    int oom = 0;
+    size_t fn = 0;
+    char *fixed = utf8_fix(s, n, &fn, &oom);
+    if (oom)
+        return NULL;
+    if (!fixed)
+        return json_stringn(s, n);
+    json_t *j = json_stringn(fixed, fn);
+    free(fixed);
+    return j;
+}
+
+/* Bytes of a fixed-length string item that hold text: NULLTERM and NULLPAD
+ * end at the first NUL; SPACEPAD loses its trailing spaces. */
+static size_t fixed_str_len(const char *s, size_t size, H5T_str_t pad)
+{
+    const char *nul = memchr(s, '\0', size);
+    size_t len = nul ? (size_t)(nul - s) : size;
+    if (pad == H5T_STR_SPACEPAD)
+        while (len && s[len - 1] == ' ')
+            len--;
+    return len;
+}
+
+/* ----------------------------------------------------------------- types */
+
+static int mul_size(size_t a, size_t b, size_t *out)
+{
+    if (a && b > SIZE_MAX / a)
+        return -1;
+    *out = a * b;
+    return 0;
+}
+
+/* h5py's bool: an enum over a 1-byte integer with exactly FALSE=0, TRUE=1. */
+static int type_is_bool_enum(hid_t t)
+{
+    if (H5Tget_class(t) != H5T_ENUM || H5Tget_nmembers(t) != 2 || H5Tget_size(t) != 1)
+        return 0;
+    int seen = 0;
+    for (unsigned i = 0; i < 2; i++) {
+        char *name = H5Tget_member_name(t, i);
+        signed char v = -1;
+        if (!name)
+            return 0;
+        if (H5Tget_member_value(t, i, &v) >= 0) {
+            if (strcmp(name, "FALSE") == 0 && v == 0)
+                seen |= 1;
+            else if (strcmp(name, "TRUE") == 0 && v == 1)
+                seen |= 2;
+        }
+        H5free_memory(name);
+    }
+    return seen == 3;
+}
+
+static dtype_kind int_dtype(size_t size, int is_signed)
+{
+    switch (size) {
+    case 1: return is_signed ? DT_INT8 : DT_UINT8;
+    case 2: return is_signed ? DT_INT16 : DT_UINT16;
+    case 4: return is_signed ? DT_INT32 : DT_UINT32;
+    case 8: return is_signed ? DT_INT64 : DT_UINT64;
+    default: return DT_NONE;
+    }
+}
+
+static hid_t native_type(dtype_kind k)
+{
+    switch (k) {
+    case DT_INT8: return H5T_NATIVE_INT8;
+    case DT_INT16: return H5T_NATIVE_INT16;
+    case DT_INT32: return H5T_NATIVE_INT32;
+    case DT_INT64: return H5T_NATIVE_INT64;
+    case DT_UINT8: return H5T_NATIVE_UINT8;
+    case DT_UINT16: return H5T_NATIVE_UINT16;
+    case DT_UINT32: return H5T_NATIVE_UINT32;
+    case DT_UINT64: return H5T_NATIVE_UINT64;
+    case DT_FLOAT32: return H5T_NATIVE_FLOAT;
+    case DT_FLOAT64: return H5T_NATIVE_DOUBLE;
+    default: return H5I_INVALID_HID;
+    }
+}
+
+/* IEEE 754 binary16 in native byte order (libhdf5 has no predefined one);
+ * the caller closes it. */
+static hid_t make_float16(void)
+{
+    hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+    if (t < 0)
+        return t;
+    if (H5Tset_fields(t, 15, 10, 5, 0, 10) < 0 || H5Tset_size(t, 2) < 0 ||
+        H5Tset_ebias(t, 15) < 0 || H5Tset_order(t, H5Tget_order(H5T_NATIVE_FLOAT)) < 0) {
+        H5Tclose(t);
+        return H5I_INVALID_HID;
+    }
+    return t;
+}
+
+/* Fills info->dtype, stored_big_endian, string_size and the memory type of
+ * a dataset whose stored type is ftype.  Types we do not read get DT_NONE
+ * (not an error).  Returns 0, or -1 when libhdf5 fails to make a type. */
+static int classify_type(hid_t ftype, node_info *info, h5_node *h)
+{
+    H5T_class_t cls = H5Tget_class(ftype);
+    size_t size = H5Tget_size(ftype);
+    info->dtype = DT_NONE;
+    h->memtype = H5I_INVALID_HID;
+    h->own_memtype = 0;
+    if (cls == H5T_INTEGER || cls == H5T_FLOAT || cls == H5T_ENUM)
+        info->stored_big_endian = H5Tget_order(ftype) == H5T_ORDER_BE;
+    if (cls == H5T_INTEGER) {
+        info->dtype = int_dtype(size, H5Tget_sign(ftype) == H5T_SGN_2);
+        h->memtype = native_type(info->dtype);
+    } else if (cls == H5T_FLOAT) {
+        if (size == 2) {
+            h->memtype = make_float16();
+            if (h->memtype < 0)
+                return -1;
+            h->own_memtype = 1;
+            info->dtype = DT_FLOAT16;
+        } else if (size == 4 || size == 8) {
+            info->dtype = size == 4 ? DT_FLOAT32 : DT_FLOAT64;
+            h->memtype = native_type(info->dtype);
+        }
+    } else if (cls == H5T_ENUM) {
+        /* libhdf5 converts enums only to enums: read into the native enum
+         * and take its bytes as the base integer. */
+        hid_t native = H5Tget_native_type(ftype, H5T_DIR_DEFAULT);
+        hid_t base = native >= 0 ? H5Tget_super(native) : H5I_INVALID_HID;
+        if (base >= 0 && H5Tget_class(base) == H5T_INTEGER) {
+            dtype_kind k = type_is_bool_enum(ftype)
+                               ? DT_BOOL
+                               : int_dtype(H5Tget_size(base), H5Tget_sign(base) == H5T_SGN_2);
+            if (k != DT_NONE && dtype_size(k) == H5Tget_size(native)) {
+                info->dtype = k;
+                h->memtype = native;
+                h->own_memtype = 1;
+                native = H5I_INVALID_HID;
+            }
+        }
+        if (base >= 0)
+            H5Tclose(base);
+        if (native >= 0)
+            H5Tclose(native);
+    } else if (cls == H5T_STRING) {
+        htri_t is_vlen = H5Tis_variable_str(ftype);
+        if (is_vlen < 0)
+            return 0;
+        h->vlen = is_vlen > 0;
+        h->strpad = H5Tget_strpad(ftype);
+        if (h->vlen) {
+            h->memtype = H5Tcopy(H5T_C_S1);
+            if (h->memtype < 0)
+                return -1;
+            h->own_memtype = 1;
+            H5T_cset_t cset = H5Tget_cset(ftype);
+            if (H5Tset_size(h->memtype, H5T_VARIABLE) < 0 ||
+                H5Tset_cset(h->memtype, cset == H5T_CSET_UTF8 ? cset : H5T_CSET_ASCII) < 0)
+                return -1;
+            info->dtype = DT_STRING;
+        } else if (size > 0) {
+            h->memtype = H5Tcopy(ftype);
+            if (h->memtype < 0)
+                return -1;
+            h->own_memtype = 1;
+            info->dtype = DT_STRING;
+            info->string_size = size;
+        }
+    }
+    return 0;
+}
+
+/* Integer of `size` bytes (native order) at p. */
+static json_t *json_int_at(const unsigned char *p, size_t size, int is_signed)
+{
+    if (is_signed) {
+        int64_t v;
+        switch (size) {
+        case 1: { int8_t x; memcpy(&x, p, 1); v = x; break; }
+        case 2: { int16_t x; memcpy(&x, p, 2); v = x; break; }
+        case 4: { int32_t x; memcpy(&x, p, 4); v = x; break; }
+        default: memcpy(&v, p, 8); break;
+        }
+        return json_integer((json_int_t)v);
+    }
+    uint64_t v;
+    switch (size) {
+    case 1: { uint8_t x; memcpy(&x, p, 1); v = x; break; }
+    case 2: { uint16_t x; memcpy(&x, p, 2); v = x; break; }
+    case 4: { uint32_t x; memcpy(&x, p, 4); v = x; break; }
+    default: memcpy(&v, p, 8); break;
+    }
+    if (v > (uint64_t)INT64_MAX)
+        return json_real((double)v);
+    return json_integer((json_int_t)v);
+}
+
+/* ------------------------------------------------------------ attributes */
+
+/* Appends n JSON values of the attribute's items to flat; returns 0, or -1
+ * when the type is not mapped or a read fails (the attribute is skipped). */
+static int attr_values(hid_t attr, hid_t obj, hid_t ftype, hid_t space, size_t n, json_t *flat)
+{
+    H5T_class_t cls = H5Tget_class(ftype);
+    int rc = -1;
+    hid_t mt = H5I_INVALID_HID;
+    void *buf = NULL;
+    size_t bytes;
+    if (cls == H5T_STRING) {
+        htri_t vl = H5Tis_variable_str(ftype);
+        if (vl < 0)
+            goto done;
+        if (vl) {
+            mt = H5Tcopy(H5T_C_S1);
+            H5T_cset_t cset = H5Tget_cset(ftype);
+            if (mt < 0 || H5Tset_size(mt, H5T_VARIABLE) < 0 ||
+                H5Tset_cset(mt, cset == H5T_CSET_UTF8 ? cset : H5T_CSET_ASCII) < 0)
+                goto done;
+            char **s = NULL;
+            if (mul_size(n, sizeof *s, &bytes) || bytes > H5_ATTR_MAX_BYTES ||
+                !(s = calloc(n, sizeof *s)))
+                goto done;
+            buf = s;
+            rc = H5Aread(attr, mt, s) < 0 ? -1 : 0;
+            for (size_t i = 0; i < n && !rc; i++)
+                rc = json_array_append_new(flat, json_utf8(s[i] ? s[i] : "",
+                                                           s[i] ? strlen(s[i]) : 0));
+            /* s was zeroed, so this is safe after a failed read too. */
+            H5Dvlen_reclaim(mt, space, H5P_DEFAULT, s);
+            goto done;
+        }
+        size_t size = H5Tget_size(ftype);
+        H5T_str_t pad = H5Tget_strpad(ftype);
+        if (!size || mul_size(n, size, &bytes) || bytes > H5_ATTR_MAX_BYTES)
+            goto done;
+        mt = H5Tcopy(ftype);
+        if (mt < 0 || !(buf = malloc(bytes)) || H5Aread(attr, mt, buf) < 0)
+            goto done;
+        rc = 0;
+        for (size_t i = 0; i < n && !rc; i++) {
+            const char *item = (const char *)buf + i * size;
+            rc = json_array_append_new(flat, json_utf8(item, fixed_str_len(item, size, pad)));
+        }
+    } else if (cls == H5T_INTEGER || cls == H5T_ENUM) {
+        int is_bool = cls == H5T_ENUM && type_is_bool_enum(ftype);
+        int is_signed;
+        size_t size;
+        if (cls == H5T_INTEGER) {
+            if (H5Tget_size(ftype) > 8)
+                goto done;
+            is_signed = H5Tget_sign(ftype) == H5T_SGN_2;
+            size = 8;
+            mt = H5Tcopy(is_signed ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64);
+        } else {
+            mt = H5Tget_native_type(ftype, H5T_DIR_DEFAULT);
+            hid_t base = mt >= 0 ? H5Tget_super(mt) : H5I_INVALID_HID;
+            if (base < 0)
+                goto done;
+            is_signed = H5Tget_sign(base) == H5T_SGN_2;
+            size = H5Tget_size(base);
+            H5Tclose(base);
+            if (size != 1 && size != 2 && size != 4 && size != 8)
+                goto done;
+        }
+        if (mt < 0 || mul_size(n, size, &bytes) || bytes > H5_ATTR_MAX_BYTES ||
+            !(buf = malloc(bytes)) || H5Aread(attr, mt, buf) < 0)
+            goto done;
+        rc = 0;
+        for (size_t i = 0; i < n && !rc; i++) {
+            const unsigned char *p = (const unsigned char *)buf + i * size;
+            rc = json_array_append_new(flat, is_bool ? json_boolean(p[0] != 0)
+                                                     : json_int_at(p, size, is_signed));
+        }
+    } else if (cls == H5T_FLOAT) {
+        if (mul_size(n, sizeof(double), &bytes) || bytes > H5_ATTR_MAX_BYTES ||
+            !(buf = malloc(bytes)) || H5Aread(attr, H5T_NATIVE_DOUBLE, buf) < 0)
+            goto done;
+        rc = 0;
+        const double *d = buf;
+        /* JSON has no NaN or infinities. */
+        for (size_t i = 0; i < n && !rc; i++)
+            rc = json_array_append_new(flat, isfinite(d[i]) ? json_real(d[i]) : json_null());
+    } else if (cls == H5T_REFERENCE && H5Tequal(ftype, H5T_STD_REF_OBJ) > 0) {
+        if (mul_size(n, sizeof(hobj_ref_t), &bytes) || bytes > H5_ATTR_MAX_BYTES ||
+            !(buf = malloc(bytes)) || H5Aread(attr, H5T_STD_REF_OBJ, buf) < 0)
+            goto done;
+        rc = 0;
+        hobj_ref_t *refs = buf;
+        for (size_t i = 0; i < n && !rc; i++) {
+            json_t *v = NULL;
+            hid_t target = H5Rdereference2(obj, H5P_DEFAULT, H5R_OBJECT, &refs[i]);
+            if (target >= 0) {
+                ssize_t len = H5Iget_name(target, NULL, 0);
+                char *name = len > 0 ? malloc((size_t)len + 1) : NULL;
+                if (name && H5Iget_name(target, name, (size_t)len + 1) == len)
+                    v = json_utf8(name, (size_t)len);
+                free(name);
+                H5Oclose(target);
+            }
+            rc = json_array_append_new(flat, v ? v : json_null());
+        }
+    }
+done:
+    free(buf);
+    if (mt >= 0)
+        H5Tclose(mt);
+    return rc;
+}
+
+/* Nests flat[*pos...] into arrays following dims[d..ndims). */
+static json_t *attr_nest(json_t *flat, const hsize_t *dims, int ndims, int d, size_t *pos)
+{
+    if (d == ndims) {
+        json_t *v = json_array_get(flat, (*pos)++);
+        return json_incref(v);
+    }
+    json_t *arr = json_array();
+    for (hsize_t i = 0; arr && i < dims[d]; i++) {
+        json_t *v = attr_nest(flat, dims, ndims, d + 1, pos);
+        if (!v || json_array_append_new(arr, v)) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
+/* The JSON value of one attribute, or NULL to skip it. */
+static json_t *attr_to_json(hid_t attr, hid_t obj)
+{
+    json_t *result = NULL, *flat = NULL;
+    hid_t space = H5Aget_space(attr), ftype = H5I_INVALID_HID;
+    if (space < 0)
+        goto done;
+    H5S_class_t scls = H5Sget_simple_extent_type(space);
+    if (scls == H5S_NULL) {
+        result = json_null();
+        goto done;
+    }
+    int ndims = H5Sget_simple_extent_ndims(space);
+    hsize_t dims[NODE_MAX_DIMS];
+    if (ndims < 0 || ndims > NODE_MAX_DIMS || H5Sget_simple_extent_dims(space, dims, NULL) < 0)
+        goto done;
+    hssize_t npoints = H5Sget_simple_extent_npoints(space);
+    if (npoints < 0)
+        goto done;
+    if (npoints == 0) {
+        /* h5py writes an empty list as a 0-length float64: any empty array. */
+        result = json_array();
+        goto done;
+    }
+    ftype = H5Aget_type(attr);
+    flat = json_array();
+    if (ftype < 0 || !flat || attr_values(attr, obj, ftype, space, (size_t)npoints, flat))
+        goto done;
+    if (json_array_size(flat) != (size_t)npoints)
+        goto done;
+    size_t pos = 0;
+    result = ndims == 0 ? json_incref(json_array_get(flat, 0))
+                        : attr_nest(flat, dims, ndims, 0, &pos);
+done:
+    json_decref(flat);
+    if (ftype >= 0)
+        H5Tclose(ftype);
+    if (space >= 0)
+        H5Sclose(space);
+    return result;
+}
+
+typedef struct attr_walk {
+    hid_t obj;
+    json_t *attrs;
+    int oom;
+} attr_walk;
+
+static herr_t attr_walk_cb(hid_t loc, const char *name, const H5A_info_t *ainfo, void *data)
+{
+    (void)ainfo;
+    attr_walk *w = data;
+    hid_t attr = H5Aopen(loc, name, H5P_DEFAULT);
+    if (attr < 0)
+        return 0;
+    json_t *v = attr_to_json(attr, w->obj);
+    H5Aclose(attr);
+    if (!v)
+        return 0;
+    /* Names that are not valid UTF-8 cannot be JSON keys: skip them. */
+    size_t fixed_n = 0;
+    char *fixed = utf8_fix(name, strlen(name), &fixed_n, &w->oom);
+    if (fixed || w->oom) {
+        free(fixed);
+        json_decref(v);
+        return w->oom ? -1 : 0;
+    }
+    if (json_object_set_new(w->attrs, name, v)) {
+        w->oom = 1;
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads every mappable attribute of obj into attrs; unreadable ones are
+ * skipped.  -1 only when out of memory. */
+static int attrs_load(hid_t obj, json_t *attrs)
+{
+    attr_walk w = {.obj = obj, .attrs = attrs};
+    hsize_t idx = 0;
+    H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, &idx, attr_walk_cb, &w);
+    return w.oom ? -1 : 0;
+}
+
+/* ----------------------------------------------------------------- nodes */
+
+static int array_info_load(node *n, h5_node *h, cellar_error *err)
+{
+    int rc = 0;
+    hid_t space = H5Dget_space(h->obj);
+    if (space < 0)
+        return h5_fail(err, CELLAR_EFORMAT, "cannot read the dataspace of '%s'", n->path);
+    n->info.type = NODE_ARRAY;
+    H5S_class_t cls = H5Sget_simple_extent_type(space);
+    if (cls == H5S_SCALAR) {
+        n->info.ndim = 0;
+    } else if (cls == H5S_NULL) {
+        n->info.ndim = -1;
+    } else if (cls == H5S_SIMPLE) {
+        int nd = H5Sget_simple_extent_ndims(space);
+        hsize_t dims[NODE_MAX_DIMS];
+        if (nd < 0 || nd > NODE_MAX_DIMS) {
+            rc = cellar_fail(err, CELLAR_EFORMAT, "'%s' has %d dimensions; at most %d are supported",
+                             n->path, nd, NODE_MAX_DIMS);
+            goto done;
+        }
+        if (H5Sget_simple_extent_dims(space, dims, NULL) < 0) {
+            rc = h5_fail(err, CELLAR_EFORMAT, "cannot read the shape of '%s'", n->path);
+            goto done;
+        }
+        n->info.ndim = nd;
+        int64_t total = 1;
+        for (int d = 0; d < nd; d++) {
+            if (dims[d] > (hsize_t)INT64_MAX ||
+                (dims[d] && total > INT64_MAX / (int64_t)dims[d])) {
+                rc = cellar_fail(err, CELLAR_EFORMAT, "'%s' has an impossible shape", n->path);
+                goto done;
+            }
+            n->info.shape[d] = (int64_t)dims[d];
+            total *= (int64_t)dims[d];
+        }
+    } else {
+        rc = cellar_fail(err, CELLAR_EFORMAT, "'%s' has an unknown dataspace", n->path);
+        goto done;
+    }
+    h->ftype = H5Dget_type(h->obj);
+    if (h->ftype < 0) {
+        rc = h5_fail(err, CELLAR_EFORMAT, "cannot read the type of '%s'", n->path);
+        goto done;
+    }
+    if (classify_type(h->ftype, &n->info, h)) {
+        rc = h5_fail(err, CELLAR_EFORMAT, "cannot map the type of '%s'", n->path);
+        goto done;
+    }
+    if (h->memtype >= 0 && (h->vlen || H5Tequal(h->ftype, h->memtype) <= 0)) {
+        size_t fs = H5Tget_size(h->ftype), ms = H5Tget_size(h->memtype);
+        /* a vlen element takes 16 bytes on disk whatever its memory size */
+        h->conv_size = fs > ms ? fs : ms;
+        if (h->conv_size < 32)
+            h->conv_size = 32;
+    }
+done:
+    H5Sclose(space);
+    return rc;
+}
+
+/* Makes the node for the open object obj (a group or dataset), taking
+ * ownership of obj whatever happens. */
+static int h5_node_wrap(node *parent, const char *name, hid_t obj, hid_t file, node **out,
+                        cellar_error *err)
+{
+    *out = NULL;
+    node *n = node_new(&h5_ops, parent, name);
+    h5_node *h = n ? calloc(1, sizeof *h) : NULL;
+    if (!h) {
+        node_tree_free(n);
+        H5Oclose(obj);
+        if (file >= 0)
+            H5Fclose(file);
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", name);
+    }
+    h->obj = obj;
+    h->file = file;
+    h->ftype = H5I_INVALID_HID;
+    h->memtype = H5I_INVALID_HID;
+    h->fd = -1;
+    atomic_init(&h->dstate, DIRECT_UNPLANNED);
+    h->dlock_init = pthread_mutex_init(&h->dlock, NULL) == 0;
+    n->impl = h;
+    int rc = 0;
+    H5I_type_t it = H5Iget_type(obj);
+    if (it == H5I_GROUP) {
+        n->info.type = NODE_GROUP;
+    } else if (it == H5I_DATASET) {
+        rc = array_info_load(n, h, err);
+    } else {
+        rc = cellar_fail(err, CELLAR_EFORMAT, "'%s' is neither a group nor a dataset", n->path);
+    }
+    if (!rc && attrs_load(obj, n->attrs))
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading attributes of '%s'",
+                         n->path);
+    if (rc) {
+        node_tree_free(n);
+        return rc;
+    }
+    *out = n;
+    return 0;
+}
+
+static int h5_open_child(node *parent, const char *name, node **out, cellar_error *err)
+{
+    h5_quiet();
+    *out = NULL;
+    h5_node *ph = parent->impl;
+    const char *sep = strcmp(parent->path, "/") == 0 ? "" : "/";
+    /* "." names the group itself in HDF5 paths. */
+    if (strcmp(name, ".") == 0)
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no element '%s' in '%s'", name, parent->path);
+    htri_t exists = H5Lexists(ph->obj, name, H5P_DEFAULT);
+    if (exists < 0)
+        return h5_fail(err, CELLAR_EFORMAT, "cannot look up '%s' in '%s'", name, parent->path);
+    if (!exists)
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no element '%s' in '%s'", name, parent->path);
+    H5L_info_t li;
+    if (H5Lget_info(ph->obj, name, &li, H5P_DEFAULT) < 0)
+        return h5_fail(err, CELLAR_EFORMAT, "cannot read the link '%s%s%s'", parent->path, sep,
+                       name);
+    if (li.type == H5L_TYPE_EXTERNAL)
+        return cellar_fail(err, CELLAR_EFORMAT,
+                           "'%s%s%s' is an external link to another file, which is not supported",
+                           parent->path, sep, name);
+    if (li.type != H5L_TYPE_HARD && li.type != H5L_TYPE_SOFT)
+        return cellar_fail(err, CELLAR_EFORMAT, "'%s%s%s' is a user-defined link, not supported",
+                           parent->path, sep, name);
+    hid_t obj = H5Oopen(ph->obj, name, H5P_DEFAULT);
+    if (obj < 0) {
+        if (li.type == H5L_TYPE_SOFT)
+            return h5_fail(err, CELLAR_EFORMAT, "'%s%s%s' is a soft link to nothing",
+                           parent->path, sep, name);
+        return h5_fail(err, CELLAR_EFORMAT, "cannot open '%s%s%s'", parent->path, sep, name);
+    }
+    return h5_node_wrap(parent, name, obj, H5I_INVALID_HID, out, err);
+}
+
+typedef struct name_list {
+    arena *a;
+    const char **names;
+    size_t count, cap;
+    int oom;
+} name_list;
+
+static herr_t name_list_cb(hid_t g, const char *name, const H5L_info_t *info, void *data)
+{
+    (void)g;
+    (void)info;
+    name_list *l = data;
+    if (l->count == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        const char **grown = arena_calloc(l->a, cap, sizeof *grown);
+        if (!grown) {
+            l->oom = 1;
+            return -1;
+        }
+        if (l->count)
+            memcpy(grown, l->names, l->count * sizeof *grown);
+        l->names = grown;
+        l->cap = cap;
+    }
+    const char *copy = arena_strdup(l->a, name);
+    if (!copy) {
+        l->oom = 1;
+        return -1;
+    }
+    l->names[l->count++] = copy;
+    return 0;
+}
+
+static int h5_list_children(node *n, arena *a, const char ***names, size_t *count,
+                            cellar_error *err)
+{
+    h5_quiet();
+    h5_node *h = n->impl;
+    unsigned crt = 0;
+    hid_t gcpl = H5Gget_create_plist(h->obj);
+    if (gcpl >= 0) {
+        if (H5Pget_link_creation_order(gcpl, &crt) < 0)
+            crt = 0;
+        H5Pclose(gcpl);
+    }
+    name_list l = {.a = a};
+    herr_t st = -1;
+    if (crt & H5P_CRT_ORDER_TRACKED) {
+        hsize_t idx = 0;
+        st = H5Literate(h->obj, H5_INDEX_CRT_ORDER, H5_ITER_INC, &idx, name_list_cb, &l);
+        if (l.oom)
+            return cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '%s'", n->path);
+    }
+    if (st < 0) {
+        /* Name order: the default, and the fallback when creation order is
+         * tracked but not indexed. */
+        l.count = 0;
+        hsize_t idx = 0;
+        st = H5Literate(h->obj, H5_INDEX_NAME, H5_ITER_INC, &idx, name_list_cb, &l);
+        if (l.oom)
+            return cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '%s'", n->path);
+        if (st < 0)
+            return h5_fail(err, CELLAR_EFORMAT, "cannot list the children of '%s'", n->path);
+    }
+    *names = l.names;
+    *count = l.count;
+    return 0;
+}
+
+/* ----------------------------------------------------------------- reads */
+
+/* How one dimension of a selection is read: the distinct positions it
+ * touches, in ascending order, as file blocks (start, stride, count), and
+ * map[i] = rank of the i-th requested position among them (NULL when the
+ * i-th requested position is simply the i-th distinct one). */
+typedef struct dim_plan {
+    int64_t nuniq;
+    size_t nblocks;
+    hsize_t *bstart, *bstride, *bcount;
+    int64_t *boff;     /* rank of each block's first position */
+    int64_t *uniq;     /* index lists: the distinct positions */
+    int64_t *map;
+    /* storage of the single block of a slice */
+    hsize_t s_start, s_stride, s_count;
+    int64_t s_off;
+} dim_plan;
+
+static void dim_plan_free(dim_plan *p)
+{
+    if (p->bstart != &p->s_start) {
+        free(p->bstart);
+        free(p->bstride);
+        free(p->bcount);
+        free(p->boff);
+    }
+    free(p->uniq);
+    free(p->map);
+    memset(p, 0, sizeof *p);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int64_t rank_of(const int64_t *uniq, int64_t m, int64_t v)
+{
+    int64_t lo = 0, hi = m - 1;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (uniq[mid] < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int plan_list(const dim_sel *s, int64_t len, dim_plan *p, const char *path,
+                     cellar_error *err)
+{
+    int rc = 0;
+    size_t count = (size_t)s->count;
+    int64_t *uniq = malloc(count * sizeof *uniq);
+    if (!uniq)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", path);
+    memcpy(uniq, s->index, count * sizeof *uniq);
+    qsort(uniq, count, sizeof *uniq, cmp_i64);
+    size_t m = 0, runs = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (m && uniq[i] == uniq[m - 1])
+            continue;
+        if (!m || uniq[i] != uniq[m - 1] + 1)
+            runs++;
+        uniq[m++] = uniq[i];
+    }
+    if (uniq[0] < 0 || uniq[m - 1] >= len) {
+        rc = cellar_fail(err, CELLAR_ERANGE, "selection outside '%s'", path);
+        goto done;
+    }
+    p->nuniq = (int64_t)m;
+    p->nblocks = runs;
+    p->bstart = malloc(runs * sizeof *p->bstart);
+    p->bstride = malloc(runs * sizeof *p->bstride);
+    p->bcount = malloc(runs * sizeof *p->bcount);
+    p->boff = malloc(runs * sizeof *p->boff);
+    p->map = malloc(count * sizeof *p->map);
+    if (!p->bstart || !p->bstride || !p->bcount || !p->boff || !p->map) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", path);
+        goto done;
+    }
+    size_t b = 0;
+    for (size_t i = 0; i < m; i++) {
+        if (i && uniq[i] == uniq[i - 1] + 1) {
+            p->bcount[b - 1]++;
+            continue;
+        }
+        p->bstart[b] = (hsize_t)uniq[i];
+        p->bstride[b] = 1;
+        p->bcount[b] = 1;
+        p->boff[b] = (int64_t)i;
+        b++;
+    }
+    int identity = m == count;
+    for (size_t i = 0; i < count; i++) {
+        p->map[i] = rank_of(uniq, (int64_t)m, s->index[i]);
+        identity &= p->map[i] == (int64_t)i;
+    }
+    if (identity) {
+        free(p->map);
+        p->map = NULL;
+    }
+    p->uniq = uniq;
+    uniq = NULL;
+done:
+    free(uniq);
+    return rc;
+}
+
+static int plan_dim(const dim_sel *s, int64_t len, dim_plan *p, const char *path,
+                    cellar_error *err)
+{
+    memset(p, 0, sizeof *p);
+    p->bstart = &p->s_start;
+    p->bstride = &p->s_stride;
+    p->bcount = &p->s_count;
+    p->boff = &p->s_off;
+    if (s->count <= 0)
+        return cellar_fail(err, CELLAR_EINTERNAL, "empty selection reached '%s'", path);
+    if (s->index) {
+        p->bstart = NULL;
+        p->bstride = NULL;
+        p->bcount = NULL;
+        p->boff = NULL;
+        return plan_list(s, len, p, path, err);
+    }
+    if (s->step == 0)
+        return cellar_fail(err, CELLAR_EINTERNAL, "zero step reached '%s'", path);
+    int64_t stride = s->step > 0 ? s->step : -s->step;
+    int64_t first = s->step > 0 ? s->start : dim_sel_at(s, s->count - 1);
+    int64_t last = s->step > 0 ? dim_sel_at(s, s->count - 1) : s->start;
+    if (first < 0 || last >= len || first > last)
+        return cellar_fail(err, CELLAR_ERANGE, "selection outside '%s'", path);
+    p->nuniq = s->count;
+    p->nblocks = 1;
+    p->s_start = (hsize_t)first;
+    p->s_stride = (hsize_t)stride;
+    p->s_count = (hsize_t)s->count;
+    p->s_off = 0;
+    if (s->step < 0 && s->count > 1) {
+        p->map = malloc((size_t)s->count * sizeof *p->map);
+        if (!p->map)
+            return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", path);
+        for (int64_t i = 0; i < s->count; i++)
+            p->map[i] = s->count - 1 - i;
+    }
+    return 0;
+}
+
+/* libhdf5's default type-conversion buffer: allocated and zeroed for every
+ * read that converts, whatever the read's size. */
+#define H5_CONV_BUF_DEFAULT ((size_t)1 << 20)
+
+/* Conversion buffers of 2^H5_XFER_MIN_SHIFT bytes and up, doubling to the
+ * default's size: one transfer property list per size and thread, made on
+ * first use and kept for the thread's life (a cache: making one costs as
+ * much as a small read). */
+#define H5_XFER_MIN_SHIFT 12
+#define H5_XFER_CLASSES 9 /* 4 KiB .. 1 MiB */
+static _Thread_local hid_t h5_xfer_cache[H5_XFER_CLASSES];
+
+/* A dataset transfer property list whose conversion buffer fits a read of
+ * nelem elements of h, or H5P_DEFAULT (no conversion, a read as large as
+ * the default buffer, or a failure: the default then works as before).
+ * Borrowed: nothing to release. */
+static hid_t xfer_for(const h5_node *h, size_t nelem)
+{
+    if (!h->conv_size || nelem == 0 || nelem > H5_CONV_BUF_DEFAULT / h->conv_size)
+        return H5P_DEFAULT;
+    size_t need = nelem * h->conv_size;
+    int c = 0;
+    while (c < H5_XFER_CLASSES - 1 && ((size_t)1 << (H5_XFER_MIN_SHIFT + c)) < need)
+        c++;
+    if (h5_xfer_cache[c] > 0)
+        return h5_xfer_cache[c];
+    hid_t p = H5Pcreate(H5P_DATASET_XFER);
+    if (p < 0)
+        return H5P_DEFAULT;
+    if (H5Pset_buffer(p, (size_t)1 << (H5_XFER_MIN_SHIFT + c), NULL, NULL) < 0) {
+        H5Pclose(p);
+        return H5P_DEFAULT;
+    }
+    h5_xfer_cache[c] = p;
+    return p;
+}
+
+/* Reads the distinct positions of the plan, in C order over
+ * nuniq[0] x nuniq[1] x ..., into temp (elements of memtype).  Works in
+ * batches of dim-0 blocks so that no file selection holds more than about
+ * H5_READ_BLOCK_BUDGET hyperslab blocks. */
+static int read_planned(const node *n, const h5_node *h, const dim_plan *p, int ndim,
+                        size_t es, hid_t dxpl, char *temp, cellar_error *err)
+{
+    int rc = 0;
+    hid_t fspace = H5Dget_space(h->obj), mspace = H5I_INVALID_HID;
+    if (fspace < 0)
+        return h5_fail(err, CELLAR_EIO, "cannot read '%s'", n->path);
+    size_t inner = 1, inner_blocks = 1;
+    for (int d = 1; d < ndim; d++) {
+        inner *= (size_t)p[d].nuniq;
+        inner_blocks = inner_blocks > SIZE_MAX / p[d].nblocks ? SIZE_MAX
+                                                              : inner_blocks * p[d].nblocks;
+    }
+    size_t b0 = 0;
+    while (b0 < p[0].nblocks) {
+        size_t b1 = b0 + 1;
+        while (b1 < p[0].nblocks && inner_blocks <= H5_READ_BLOCK_BUDGET / (b1 - b0 + 1))
+            b1++;
+        int64_t row0 = p[0].boff[b0];
+        int64_t row1 = b1 < p[0].nblocks ? p[0].boff[b1] : p[0].nuniq;
+        H5S_seloper_t op = H5S_SELECT_SET;
+        for (size_t bi = b0; bi < b1; bi++) {
+            size_t combo[NODE_MAX_DIMS] = {0};
+            for (;;) {
+                hsize_t start[NODE_MAX_DIMS], stride[NODE_MAX_DIMS], cnt[NODE_MAX_DIMS];
+                start[0] = p[0].bstart[bi];
+                stride[0] = p[0].bstride[bi];
+                cnt[0] = p[0].bcount[bi];
+                for (int d = 1; d < ndim; d++) {
+                    start[d] = p[d].bstart[combo[d]];
+                    stride[d] = p[d].bstride[combo[d]];
+                    cnt[d] = p[d].bcount[combo[d]];
+                }
+                if (H5Sselect_hyperslab(fspace, op, start, stride, cnt, NULL) < 0) {
+                    rc = h5_fail(err, CELLAR_EIO, "cannot select in '%s'", n->path);
+                    goto done;
+                }
+                op = H5S_SELECT_OR;
+                int d = ndim - 1;
+                while (d >= 1 && ++combo[d] == p[d].nblocks)
+                    combo[d--] = 0;
+                if (d < 1)
+                    break;
+            }
+        }
+        hsize_t nelem = (hsize_t)(row1 - row0) * inner;
+        mspace = H5Screate_simple(1, &nelem, NULL);
+        if (mspace < 0) {
+            rc = h5_fail(err, CELLAR_EIO, "cannot read '%s'", n->path);
+            goto done;
+        }
+        if (H5Dread(h->obj, h->memtype, mspace, fspace, dxpl,
+                    temp + (size_t)row0 * inner * es) < 0) {
+            rc = h5_fail(err, CELLAR_EIO, "reading '%s' failed", n->path);
+            goto done;
+        }
+        H5Sclose(mspace);
+        mspace = H5I_INVALID_HID;
+        b0 = b1;
+    }
+done:
+    if (mspace >= 0)
+        H5Sclose(mspace);
+    H5Sclose(fspace);
+    return rc;
+}
+
+/* The r-th distinct position of a dimension. */
+static int64_t plan_pos(const dim_plan *p, int64_t r)
+{
+    return p->uniq ? p->uniq[r] : (int64_t)(p->s_start + (hsize_t)r * p->s_stride);
+}
+
+/* Same result as read_planned, through one point selection listing the
+ * distinct positions in C order (libhdf5 reads points in list order). */
+static int read_points(const node *n, const h5_node *h, const dim_plan *p, int ndim,
+                       size_t npoints, hid_t dxpl, char *temp, cellar_error *err)
+{
+    int rc = 0;
+    hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
+    hsize_t *coords = malloc(npoints * (size_t)ndim * sizeof *coords); /* bounded by caller */
+    if (!coords)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", n->path);
+    int64_t idx[NODE_MAX_DIMS] = {0};
+    for (size_t k = 0; k < npoints; k++) {
+        for (int d = 0; d < ndim; d++)
+            coords[k * (size_t)ndim + (size_t)d] = (hsize_t)plan_pos(&p[d], idx[d]);
+        for (int d = ndim - 1; d >= 0 && ++idx[d] == p[d].nuniq; d--)
+            idx[d] = 0;
+    }
+    hsize_t total = npoints;
+    fspace = H5Dget_space(h->obj);
+    if (fspace < 0 || H5Sselect_elements(fspace, H5S_SELECT_SET, npoints, coords) < 0 ||
+        (mspace = H5Screate_simple(1, &total, NULL)) < 0) {
+        rc = h5_fail(err, CELLAR_EIO, "cannot select in '%s'", n->path);
+        goto done;
+    }
+    if (H5Dread(h->obj, h->memtype, mspace, fspace, dxpl, temp) < 0)
+        rc = h5_fail(err, CELLAR_EIO, "reading '%s' failed", n->path);
+done:
+    if (mspace >= 0)
+        H5Sclose(mspace);
+    if (fspace >= 0)
+        H5Sclose(fspace);
+    free(coords);
+    return rc;
+}
+
+/* Reads the distinct positions of the plan into temp, choosing hyperslab
+ * blocks (long runs) or points (short runs). */
+static int read_unique(const node *n, const h5_node *h, const dim_plan *p, int ndim,
+                       size_t es, size_t npoints, char *temp, cellar_error *err)
+{
+    size_t blocks = 1;
+    for (int d = 0; d < ndim; d++)
+        blocks = blocks > SIZE_MAX / p[d].nblocks ? SIZE_MAX : blocks * p[d].nblocks;
+    hid_t dxpl = xfer_for(h, npoints);
+    int rc;
+    if (blocks > H5_READ_BLOCK_BUDGET && npoints / 8 <= blocks &&
+        npoints <= H5_POINTS_MAX_BYTES / ((size_t)ndim * sizeof(hsize_t)))
+        rc = read_points(n, h, p, ndim, npoints, dxpl, temp, err);
+    else
+        rc = read_planned(n, h, p, ndim, es, dxpl, temp, err);
+    return rc;
+}
+
+/* Per output row (innermost dimension): out_i is the output index of its
+ * first item, base the temp index of position 0 along the last dim. */
+typedef void (*scatter_fn)(void *ctx, int64_t out_i, int64_t base, const dim_plan *last,
+                           int64_t n_last);
+
+/* Visits the output in C order over the requested counts. */
+static void plan_scatter(const dim_plan *p, const dim_sel *sel, int ndim, scatter_fn fn,
+                         void *ctx)
+{
+    int64_t tstride[NODE_MAX_DIMS], idx[NODE_MAX_DIMS] = {0};
+    int last = ndim - 1;
+    tstride[last] = 1;
+    for (int d = last - 1; d >= 0; d--)
+        tstride[d] = tstride[d + 1] * p[d + 1].nuniq;
+    int64_t out_i = 0;
+    for (;;) {
+        int64_t base = 0;
+        for (int d = 0; d < last; d++)
+            base += (p[d].map ? p[d].map[idx[d]] : idx[d]) * tstride[d];
+        fn(ctx, out_i, base, &p[last], sel[last].count);
+        out_i += sel[last].count;
+        int d = last - 1;
+        while (d >= 0 && ++idx[d] == sel[d].count)
+            idx[d--] = 0;
+        if (d < 0)
+            break;
+    }
+}
+
+typedef struct copy_ctx {
+    const char *temp;
+    char *out;
+    size_t es;
+} copy_ctx;
+
+static void copy_row(void *vctx, int64_t out_i, int64_t base, const dim_plan *last,
+                     int64_t n_last)
+{
+    copy_ctx *c = vctx;
+    char *o = c->out + (size_t)out_i * c->es;
+    for (int64_t j = 0; j < n_last; j++) {
+        int64_t src = base + (last->map ? last->map[j] : j);
+        memcpy(o + (size_t)j * c->es, c->temp + (size_t)src * c->es, c->es);
+    }
+}
+
+typedef struct str_ctx {
+    const char *temp;
+    char **out;
+    arena *a;
+    size_t size; /* fixed-length item size; 0 for vlen */
+    H5T_str_t pad;
+    int oom;
+} str_ctx;
+
+static void str_row(void *vctx, int64_t out_i, int64_t base, const dim_plan *last,
+                    int64_t n_last)
+{
+    str_ctx *c = vctx;
+    for (int64_t j = 0; j < n_last && !c->oom; j++) {
+        int64_t src = base + (last->map ? last->map[j] : j);
+        char *s;
+        if (c->size) {
+            const char *item = c->temp + (size_t)src * c->size;
+            s = arena_utf8(c->a, item, fixed_str_len(item, c->size, c->pad));
+        } else {
+            const char *item = ((char *const *)c->temp)[src];
+            s = arena_utf8(c->a, item ? item : "", item ? strlen(item) : 0);
+        }
+        if (!s)
+            c->oom = 1;
+        c->out[out_i + j] = s;
+    }
+}
+
+typedef struct read_job {
+    dim_plan plan[NODE_MAX_DIMS];
+    int ndim;
+    size_t nuniq_total; /* elements in temp */
+    int identity;       /* temp is already the requested order */
+} read_job;
+
+static void read_job_free(read_job *j)
+{
+    for (int d = 0; d < j->ndim; d++)
+        dim_plan_free(&j->plan[d]);
+}
+
+static int read_job_init(read_job *j, const node *n, const dim_sel *sel, size_t es,
+                         cellar_error *err)
+{
+    memset(j, 0, sizeof *j);
+    if (n->info.ndim < 0)
+        return cellar_fail(err, CELLAR_EINVAL, "'%s' is empty (a NULL dataspace): no data",
+                           n->path);
+    j->identity = 1;
+    j->nuniq_total = 1;
+    for (int d = 0; d < n->info.ndim; d++) {
+        int rc = plan_dim(&sel[d], n->info.shape[d], &j->plan[d], n->path, err);
+        j->ndim = d + 1;
+        if (rc)
+            return rc;
+        j->identity &= j->plan[d].map == NULL;
+        j->nuniq_total *= (size_t)j->plan[d].nuniq; /* <= product of counts */
+    }
+    size_t bytes;
+    if (mul_size(j->nuniq_total, es, &bytes))
+        return cellar_fail(err, CELLAR_ETOOBIG, "selection of '%s' too large", n->path);
+    return 0;
+}
+
+/* ---------------------------------------------------------- direct reads */
+
+/* Integer types with every bit used: the stored bytes are the value. */
+static int direct_int_ok(hid_t t, size_t size)
+{
+    return H5Tget_class(t) == H5T_INTEGER && H5Tget_size(t) == size &&
+           H5Tget_precision(t) == 8 * size && H5Tget_offset(t) == 0;
+}
+
+/* IEEE 754 binary16/32/64 with no padding. */
+static int direct_float_ok(hid_t t, size_t size)
+{
+    size_t spos, epos, esize, mpos, msize;
+    if (H5Tget_precision(t) != 8 * size || H5Tget_offset(t) != 0 ||
+        H5Tget_norm(t) != H5T_NORM_IMPLIED ||
+        H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize) < 0 || mpos != 0)
+        return 0;
+    size_t want_e = size == 2 ? 5 : size == 4 ? 8 : 11;
+    size_t bias = ((size_t)1 << (want_e - 1)) - 1;
+    return spos == 8 * size - 1 && esize == want_e && epos == msize && msize == spos - esize &&
+           H5Tget_ebias(t) == bias;
+}
+
+/* Whether the stored bytes of type ftype are the values of dtype k, up to
+ * byte order; *swap when that order is not the native one. */
+static int direct_type_ok(hid_t ftype, dtype_kind k, int *swap)
+{
+    size_t size = dtype_size(k);
+    H5T_class_t cls = H5Tget_class(ftype);
+    H5T_order_t order = H5T_ORDER_ERROR;
+    int ok = 0;
+    if (!size || H5Tget_size(ftype) != size)
+        return 0;
+    if (cls == H5T_ENUM && k == DT_BOOL) {
+        /* 0 is false, anything else true, as after libhdf5's conversion */
+        hid_t base = H5Tget_super(ftype);
+        ok = base >= 0 && direct_int_ok(base, size);
+        if (base >= 0)
+            H5Tclose(base);
+        order = H5T_ORDER_LE;
+    } else if (cls == H5T_INTEGER && dtype_is_integer(k)) {
+        ok = direct_int_ok(ftype, size);
+        order = H5Tget_order(ftype);
+    } else if (cls == H5T_FLOAT && dtype_is_float(k)) {
+        ok = direct_float_ok(ftype, size);
+        order = H5Tget_order(ftype);
+    }
+    if (!ok)
+        return 0;
+    if (size == 1) {
+        *swap = 0;
+        return 1;
+    }
+    H5T_order_t native = H5Tget_order(H5T_NATIVE_INT);
+    if (order != H5T_ORDER_LE && order != H5T_ORDER_BE)
+        return 0;
+    *swap = order != native;
+    return 1;
+}
+
+/* The filter pipeline of dcpl, when direct reads know every filter. */
+static int direct_filters(hid_t dcpl, size_t elem_size, h5d_layout *l)
+{
+    int nf = H5Pget_nfilters(dcpl);
+    if (nf < 0 || nf > H5D_MAX_FILTERS)
+        return -1;
+    l->nfilters = nf;
+    for (int i = 0; i < nf; i++) {
+        unsigned flags = 0, config = 0, cd[8] = {0};
+        size_t ncd = sizeof cd / sizeof cd[0];
+        char name[64];
+        H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, cd, sizeof name, name,
+                                         &config);
+        if (id != H5Z_FILTER_DEFLATE && id != H5Z_FILTER_SHUFFLE && id != H5Z_FILTER_FLETCHER32 &&
+            id != H5D_FILTER_LZF)
+            return -1;
+        l->filters[i].id = (int)id;
+        if (id == H5Z_FILTER_SHUFFLE)
+            l->filters[i].shuffle_size = ncd >= 1 && cd[0] ? cd[0] : elem_size;
+    }
+    return 0;
+}
+
+/* Lists the allocated chunks of a small chunked dataset into p's table;
+ * nonzero (p unusable) when anything is off. */
+static int direct_table(const h5_node *h, const h5_node *root, int ndim, h5d_plan *p)
+{
+    cellar_error err;
+    cellar_error_clear(&err);
+    hid_t space = H5Dget_space(h->obj);
+    hsize_t nch = 0;
+    int rc = -1;
+    if (space < 0 || H5Dget_num_chunks(h->obj, space, &nch) < 0 || nch > H5_DIRECT_TABLE_MAX)
+        goto done;
+    for (hsize_t i = 0; i < nch; i++) {
+        hsize_t off[NODE_MAX_DIMS];
+        unsigned mask = 0;
+        haddr_t addr = HADDR_UNDEF;
+        hsize_t size = 0;
+        if (H5Dget_chunk_info(h->obj, space, i, off, &mask, &addr, &size) < 0 ||
+            addr == HADDR_UNDEF || addr > UINT64_MAX - root->chunk_base)
+            goto done;
+        int64_t start[NODE_MAX_DIMS];
+        for (int d = 0; d < ndim; d++) {
+            if (off[d] > (hsize_t)INT64_MAX)
+                goto done;
+            start[d] = (int64_t)off[d];
+        }
+        if (h5d_plan_add_chunk(p, start, addr + root->chunk_base, size, mask, &err))
+            goto done;
+    }
+    rc = h5d_plan_finish_table(p, &err);
+done:
+    if (space >= 0)
+        H5Sclose(space);
+    return rc;
+}
+
+/* Fills l with where the dataset's bytes are; nonzero when it does not
+ * qualify for direct reads. */
+static int direct_layout(const node *n, const h5_node *h, const h5_node *root, h5d_layout *l)
+{
+    memset(l, 0, sizeof *l);
+    int rc = -1;
+    if (n->info.ndim < 1 || !direct_type_ok(h->ftype, n->info.dtype, &l->swap))
+        return -1;
+    l->ndim = n->info.ndim;
+    memcpy(l->shape, n->info.shape, sizeof l->shape);
+    l->elem_size = dtype_size(n->info.dtype);
+    l->file_size = root->file_size;
+    hid_t dcpl = H5Dget_create_plist(h->obj);
+    if (dcpl < 0)
+        return -1;
+    H5D_layout_t layout = H5Pget_layout(dcpl);
+    if (H5Pget_external_count(dcpl) != 0)
+        goto done;
+    if (layout == H5D_CONTIGUOUS) {
+        haddr_t addr = H5Dget_offset(h->obj);
+        if (addr == HADDR_UNDEF || H5Pget_nfilters(dcpl) != 0)
+            goto done;
+        l->contiguous = 1;
+        l->addr = addr;
+        rc = 0;
+    } else if (layout == H5D_CHUNKED) {
+        hsize_t cdims[NODE_MAX_DIMS];
+        unsigned opts = 0;
+        H5D_fill_time_t fill_time = H5D_FILL_TIME_IFSET;
+        if (H5Pget_chunk(dcpl, NODE_MAX_DIMS, cdims) != l->ndim ||
+            H5Pget_chunk_opts(dcpl, &opts) < 0 || opts != 0 ||
+            H5Pget_fill_time(dcpl, &fill_time) < 0 || fill_time == H5D_FILL_TIME_NEVER ||
+            direct_filters(dcpl, l->elem_size, l) ||
+            H5Pget_fill_value(dcpl, h->memtype, l->fill) < 0)
+            goto done;
+        for (int d = 0; d < l->ndim; d++) {
+            if (cdims[d] == 0 || cdims[d] > (hsize_t)INT64_MAX)
+                goto done;
+            l->chunk[d] = (int64_t)cdims[d];
+        }
+        rc = 0;
+    }
+done:
+    H5Pclose(dcpl);
+    return rc;
+}
+
+/* Makes the plan of a dataset and publishes DIRECT_READY, or publishes
+ * DIRECT_NONE.  Under h->dlock. */
+static void direct_plan_make(const node *n, h5_node *h)
+{
+    const h5_node *root = n->root->impl;
+    h5d_layout l;
+    h5d_plan *p = NULL;
+    cellar_error err;
+    cellar_error_clear(&err);
+    if (root->fd < 0 || direct_layout(n, h, root, &l) || h5d_plan_new(&l, &p, &err)) {
+        atomic_store_explicit(&h->dstate, DIRECT_NONE, memory_order_release);
+        return;
+    }
+    if (!l.contiguous && atomic_load(&h5_direct_mode) != 2 && direct_table(h, root, l.ndim, p)) {
+        /* No table after all (too many chunks, or odd ones): start again
+         * and fetch chunks through libhdf5. */
+        h5d_plan_free(p);
+        p = NULL;
+        if (h5d_plan_new(&l, &p, &err)) {
+            atomic_store_explicit(&h->dstate, DIRECT_NONE, memory_order_release);
+            return;
+        }
+    }
+    h->plan = p;
+    atomic_store_explicit(&h->dstate, DIRECT_READY, memory_order_release);
+}
+
+/* The plan of a dataset node (made on first use, under dlock; read without
+ * a lock once published), or NULL. */
+static const h5d_plan *direct_plan_get(const node *n, h5_node *h)
+{
+    if (!h->dlock_init || n->info.type != NODE_ARRAY)
+        return NULL;
+    int state = atomic_load_explicit(&h->dstate, memory_order_acquire);
+    if (state == DIRECT_UNPLANNED) {
+        pthread_mutex_lock(&h->dlock);
+        if (atomic_load_explicit(&h->dstate, memory_order_relaxed) == DIRECT_UNPLANNED) {
+            h5_quiet();
+            direct_plan_make(n, h);
+        }
+        state = atomic_load_explicit(&h->dstate, memory_order_relaxed);
+        pthread_mutex_unlock(&h->dlock);
+    }
+    return state == DIRECT_READY ? h->plan : NULL;
+}
+
+/* libhdf5 1.10 fails H5Dget_chunk_storage_size for a chunk never written:
+ * such chunks (or any it cannot locate) are read through libhdf5 itself,
+ * without type conversion, and handed back as one unfiltered chunk. */
+static int direct_fetch_unallocated(const node *n, const h5_node *h, const hsize_t *off,
+                                    uint8_t **buf, size_t *size, uint32_t *mask,
+                                    cellar_error *err)
+{
+    int rc = 0, ndim = n->info.ndim;
+    hid_t dcpl = H5Dget_create_plist(h->obj), fspace = H5I_INVALID_HID,
+          mspace = H5I_INVALID_HID;
+    hsize_t cdims[NODE_MAX_DIMS], count[NODE_MAX_DIMS], zero[NODE_MAX_DIMS] = {0};
+    size_t bytes = dtype_size(n->info.dtype);
+    uint8_t *b = NULL;
+    if (dcpl < 0 || H5Pget_chunk(dcpl, NODE_MAX_DIMS, cdims) != ndim) {
+        rc = h5_fail(err, CELLAR_EFORMAT, "cannot read the chunks of '%s'", n->path);
+        goto done;
+    }
+    for (int d = 0; d < ndim; d++) {
+        hsize_t left = (hsize_t)n->info.shape[d] - off[d];
+        count[d] = cdims[d] < left ? cdims[d] : left;
+        bytes *= cdims[d]; /* bounded by the plan's chunk size check */
+    }
+    b = malloc(bytes);
+    fspace = H5Dget_space(h->obj);
+    mspace = H5Screate_simple(ndim, cdims, NULL);
+    if (!b) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", n->path);
+        goto done;
+    }
+    if (fspace < 0 || mspace < 0 ||
+        H5Sselect_hyperslab(fspace, H5S_SELECT_SET, off, NULL, count, NULL) < 0 ||
+        H5Sselect_hyperslab(mspace, H5S_SELECT_SET, zero, NULL, count, NULL) < 0 ||
+        H5Dread(h->obj, h->ftype, mspace, fspace, H5P_DEFAULT, b) < 0) {
+        rc = h5_fail(err, CELLAR_EIO, "reading '%s' failed", n->path);
+        goto done;
+    }
+    *buf = b;
+    b = NULL;
+    *size = bytes;
+    *mask = UINT32_MAX; /* no filter to undo */
+done:
+    free(b);
+    if (mspace >= 0)
+        H5Sclose(mspace);
+    if (fspace >= 0)
+        H5Sclose(fspace);
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    return rc;
+}
+
+/* h5d_fetch_fn: the stored bytes of one chunk, through libhdf5. */
+static int direct_fetch(void *ctx, const int64_t *start, size_t max_size, uint8_t **buf,
+                        size_t *size, uint32_t *mask, cellar_error *err)
+{
+    const node *n = ctx;
+    const h5_node *h = n->impl;
+    h5_quiet();
+    *buf = NULL;
+    *size = 0;
+    *mask = 0;
+    hsize_t off[NODE_MAX_DIMS];
+    for (int d = 0; d < n->info.ndim; d++)
+        off[d] = (hsize_t)start[d];
+    hsize_t stored = 0;
+    if (H5Dget_chunk_storage_size(h->obj, off, &stored) < 0 || stored == 0)
+        return direct_fetch_unallocated(n, h, off, buf, size, mask, err);
+    if (stored > max_size)
+        return cellar_fail(err, CELLAR_EFORMAT, "a chunk of '%s' has an impossible size",
+                           n->path);
+    uint8_t *b = malloc((size_t)stored);
+    if (!b)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", n->path);
+    uint32_t filters = 0;
+    if (H5Dread_chunk(h->obj, H5P_DEFAULT, off, &filters, b) < 0) {
+        free(b);
+        return h5_fail(err, CELLAR_EIO, "reading a chunk of '%s' failed", n->path);
+    }
+    *buf = b;
+    *size = (size_t)stored;
+    *mask = filters;
+    return 0;
+}
+
+void h5_set_direct_reads(int mode)
+{
+    atomic_store(&h5_direct_mode, mode);
+}
+
+int h5_direct_kind(node *n)
+{
+    if (n->ops != &h5_ops || atomic_load(&h5_direct_mode) == 0)
+        return 0;
+    const h5d_plan *p = direct_plan_get(n, n->impl);
+    if (!p)
+        return 0;
+    return h5d_plan_is_direct(p) ? 1 : 2;
+}
+
+/* Reads through the plan, when there is one and direct reads are on;
+ * 1 when not taken. */
+static int direct_read(node *n, h5_node *h, const dim_sel *sel, void *out, size_t out_bytes,
+                       cellar_error *err)
+{
+    if (atomic_load(&h5_direct_mode) == 0 || n->info.ndim < 1)
+        return 1;
+    const h5d_plan *p = direct_plan_get(n, h);
+    if (!p)
+        return 1;
+    const h5_node *root = n->root->impl;
+    return h5d_read(p, root->fd, direct_fetch, n, sel, out, out_bytes, n->path, err);
+}
+
+/* node_file_extent: a contiguous, unfiltered dataset in native byte order,
+ * through its direct-read plan (so only what direct reads trust). */
+static int h5_file_extent(node *n, int *fd, uint64_t *offset, uint64_t *length)
+{
+    if (atomic_load(&h5_direct_mode) == 0 || n->info.ndim < 1)
+        return 1;
+    h5_quiet();
+    const h5d_plan *p = direct_plan_get(n, n->impl);
+    const h5_node *root = n->root->impl;
+    if (!p || root->fd < 0 || h5d_plan_contiguous_extent(p, offset, length))
+        return 1;
+    *fd = fcntl(root->fd, F_DUPFD_CLOEXEC, 0);
+    return *fd < 0 ? 1 : 0;
+}
+
+static int h5_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cellar_error *err)
+{
+    h5_quiet();
+    h5_node *h = n->impl;
+    size_t es = dtype_size(n->info.dtype);
+    char *temp = NULL;
+    read_job j;
+    memset(&j, 0, sizeof j);
+    int rc = direct_read(n, h, sel, out, out_bytes, err);
+    if (rc <= 0)
+        goto normalize;
+    rc = read_job_init(&j, n, sel, es, err);
+    if (rc)
+        goto done;
+    if (j.ndim == 0) {
+        hid_t dxpl = xfer_for(h, 1);
+        if (H5Dread(h->obj, h->memtype, H5S_ALL, H5S_ALL, dxpl, out) < 0)
+            rc = h5_fail(err, CELLAR_EIO, "reading '%s' failed", n->path);
+    } else {
+        temp = j.identity ? out : malloc(j.nuniq_total * es);
+        if (!temp) {
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", n->path);
+            goto done;
+        }
+        rc = read_unique(n, h, j.plan, j.ndim, es, j.nuniq_total, temp, err);
+        if (!rc && !j.identity) {
+            copy_ctx c = {.temp = temp, .out = out, .es = es};
+            plan_scatter(j.plan, sel, j.ndim, copy_row, &c);
+        }
+    }
+normalize:
+    if (!rc && n->info.dtype == DT_BOOL) {
+        unsigned char *b = out;
+        for (size_t i = 0; i < out_bytes; i++)
+            b[i] = b[i] != 0;
+    }
+done:
+    if (temp != out)
+        free(temp);
+    read_job_free(&j);
+    return rc;
+}
+
+static int h5_read_strings(node *n, const dim_sel *sel, arena *a, char **out,
+                           cellar_error *err)
+{
+    h5_quiet();
+    h5_node *h = n->impl;
+    size_t es = h->vlen ? sizeof(char *) : n->info.string_size;
+    char *temp = NULL;
+    read_job j;
+    int rc = read_job_init(&j, n, sel, es, err);
+    if (rc)
+        goto done;
+    temp = calloc(j.nuniq_total, es);
+    if (!temp) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", n->path);
+        goto done;
+    }
+    if (j.ndim == 0) {
+        hid_t dxpl = xfer_for(h, 1);
+        if (H5Dread(h->obj, h->memtype, H5S_ALL, H5S_ALL, dxpl, temp) < 0)
+            rc = h5_fail(err, CELLAR_EIO, "reading '%s' failed", n->path);
+    } else {
+        rc = read_unique(n, h, j.plan, j.ndim, es, j.nuniq_total, temp, err);
+    }
+    if (!rc) {
+        str_ctx c = {.temp = temp, .out = out, .a = a, .size = h->vlen ? 0 : es,
+                     .pad = h->strpad};
+        if (j.ndim == 0) {
+            dim_plan one = {.nuniq = 1};
+            str_row(&c, 0, 0, &one, 1);
+        } else {
+            plan_scatter(j.plan, sel, j.ndim, str_row, &c);
+        }
+        if (c.oom)
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", n->path);
+    }
+    if (h->vlen) {
+        /* temp was zeroed, so this is safe after a partial read too. */
+        hsize_t total = j.nuniq_total;
+        hid_t mspace = H5Screate_simple(1, &total, NULL);
+        if (mspace >= 0) {
+            H5Dvlen_reclaim(h->memtype, mspace, H5P_DEFAULT, temp);
+            H5Sclose(mspace);
+        }
+    }
+done:
+    free(temp);
+    read_job_free(&j);
+    return rc;
+}
+
+/* --------------------------------------------------------- open / close */
+
+static void h5_destroy(node *n)
+{
+    h5_node *h = n->impl;
+    if (!h)
+        return;
+    if (h->own_memtype && h->memtype >= 0)
+        H5Tclose(h->memtype);
+    if (h->ftype >= 0)
+        H5Tclose(h->ftype);
+    if (h->obj >= 0)
+        H5Oclose(h->obj);
+    if (h->file >= 0)
+        H5Fclose(h->file);
+    if (h->fd >= 0)
+        close(h->fd);
+    h5d_plan_free(h->plan);
+    if (h->dlock_init)
+        pthread_mutex_destroy(&h->dlock);
+    free(h);
+    n->impl = NULL;
+}
+
+void h5_library_init(void)
+{
+    const char *direct = getenv("CELLAR_H5_DIRECT");
+    if (direct && strcmp(direct, "0") == 0)
+        h5_set_direct_reads(0);
+    H5open();
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    h5_thread_quiet = 1;
+}
+
+/* Our own descriptor of the very file libhdf5 opened (so a file replaced
+ * meanwhile cannot be mixed in), for direct reads; h->fd stays -1 when the
+ * file is not on libhdf5's default (sec2) driver. */
+static void direct_file_open(h5_node *h)
+{
+    hid_t fapl = H5Fget_access_plist(h->file);
+    hid_t fcpl = H5Fget_create_plist(h->file);
+    int *handle = NULL;
+    hsize_t userblock = 0;
+    struct stat st;
+    if (fapl < 0 || fcpl < 0 || H5Pget_driver(fapl) != H5FD_SEC2 ||
+        H5Pget_userblock(fcpl, &userblock) < 0 ||
+        H5Fget_vfd_handle(h->file, fapl, (void **)&handle) < 0 || !handle || *handle < 0)
+        goto done;
+    int fd = fcntl(*handle, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        goto done;
+    if (fstat(fd, &st) < 0 || st.st_size < 0) {
+        close(fd);
+        goto done;
+    }
+    h->fd = fd;
+    h->file_size = (uint64_t)st.st_size;
+    /* libhdf5 before 1.14.4 reports chunk addresses relative to the base
+     * address (after the userblock); H5Dget_offset is absolute. */
+#if H5_VERSION_GE(1, 14, 4)
+    h->chunk_base = 0;
+#else
+    h->chunk_base = userblock;
+#endif
+done:
+    if (fapl >= 0)
+        H5Pclose(fapl);
+    if (fcpl >= 0)
+        H5Pclose(fcpl);
+}
+
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash && slash[1] ? slash + 1 : path;
+}
+
+hid_t h5_file_access_props(void)
+{
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl < 0)
+        return -1;
+    /* STRONG: closing the file id closes whatever is still open in it, so
+     * the file is really closed.  No file locks: a server must not stop
+     * writers from replacing the file it serves. */
+    if (H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0 ||
+        H5Pset_file_locking(fapl, 0, 1) < 0) {
+        H5Pclose(fapl);
+        return -1;
+    }
+    return fapl;
+}
+
+int h5_open(const char *path, node **root, cellar_error *err)
+{
+    h5_quiet();
+    *root = NULL;
+    const char *bn = base_name(path);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return cellar_fail(err, CELLAR_ENOTFOUND, "no file '%s'", bn);
+        return cellar_fail(err, CELLAR_EIO, "cannot open '%s': %s", bn, strerror(errno));
+    }
+    struct stat st;
+    int st_rc = fstat(fd, &st);
+    close(fd);
+    if (st_rc < 0)
+        return cellar_fail(err, CELLAR_EIO, "cannot stat '%s': %s", bn, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return cellar_fail(err, CELLAR_EFORMAT, "'%s' is not a regular file", bn);
+    htri_t is_h5 = H5Fis_hdf5(path);
+    if (is_h5 == 0)
+        return cellar_fail(err, CELLAR_EFORMAT, "'%s' is not an HDF5 file", bn);
+    if (is_h5 < 0)
+        return h5_fail(err, CELLAR_EFORMAT, "'%s' is not a readable HDF5 file", bn);
+
+    hid_t fapl = h5_file_access_props();
+    if (fapl < 0)
+        return h5_fail(err, CELLAR_EINTERNAL, "cannot set up access to '%s'", bn);
+    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    if (file < 0) {
+        int rc = h5_fail(err, CELLAR_EFORMAT, "'%s': truncated or corrupt HDF5 file", bn);
+        H5Pclose(fapl);
+        return rc;
+    }
+    H5Pclose(fapl);
+    /* libhdf5 shares one open file per (device, inode), metadata cache
+     * included: if an older tree of this inode is still open and the file
+     * was rewritten in place since, this open would see stale metadata. */
+    hsize_t eof = 0;
+    if (H5Fget_obj_count(file, H5F_OBJ_FILE) > 1 &&
+        (H5Fget_filesize(file, &eof) < 0 || eof != (hsize_t)st.st_size)) {
+        H5Fclose(file);
+        return cellar_fail(err, CELLAR_EUNAVAILABLE,
+                           "'%s' was rewritten in place while an older version is still open; "
+                           "retry shortly",
+                           bn);
+    }
+    hid_t g = H5Gopen2(file, "/", H5P_DEFAULT);
+    if (g < 0) {
+        int rc = h5_fail(err, CELLAR_EFORMAT, "'%s': cannot open the root group", bn);
+        H5Fclose(file);
+        return rc;
+    }
+    int rc = h5_node_wrap(NULL, "", g, file, root, err);
+    if (!rc)
+        direct_file_open((*root)->impl);
+    return rc;
+}

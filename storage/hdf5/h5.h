@@ -1,0 +1,68 @@
+/* The HDF5 backend of the node interface (storage/node.h), over libhdf5.
+ *
+ * This module and storage/hdf5/h5.c are the only place that knows about libhdf5;
+ * everything above sees plain nodes.  The subset of HDF5 that is mapped
+ * (types, attributes, links) is described in storage/node.h and in the
+ * comments of h5.c.
+ *
+ * Thread safety: libhdf5 (thread-safe build) serializes every call behind its
+ * global lock; the nodes made here keep no shared scratch state, so one tree
+ * may be used by many threads at once, as node.h promises.  Reads of plain
+ * numeric datasets avoid that lock (see h5_set_direct_reads). */
+#ifndef CELLAR_H5_H
+#define CELLAR_H5_H
+
+#include <hdf5.h>
+
+#include "common/error.h"
+#include "storage/node.h"
+
+/* Global set-up, called once at startup before any other thread uses HDF5:
+ * initialises the library and switches off its automatic error printing
+ * (errors are translated into cellar_error instead).  Every entry point of
+ * this module also switches the printing off in the calling thread, since
+ * libhdf5 keeps that setting per thread. */
+void h5_library_init(void);
+
+/* Opens the HDF5 file at path read-only and returns its root group in *root
+ * (owned by the caller, released with node_tree_free, which really closes
+ * the file).  A userblock (MuData's 512 bytes) is fine.
+ * The file is opened without HDF5 file locks, so writers are never blocked.
+ *
+ * libhdf5 shares one open file per (device, inode), metadata cache included:
+ * a second h5_open of an inode whose tree is still alive gets that same
+ * file.  If the file was rewritten in place meanwhile (same inode, new size)
+ * this returns CELLAR_EUNAVAILABLE rather than a tree over stale metadata;
+ * it opens fine once the older tree is freed.  A same-size in-place rewrite
+ * cannot be told apart: callers that detect a change should free the old
+ * tree before reopening when the inode is unchanged.
+ *
+ * Errors: CELLAR_ENOTFOUND when there is no such file, CELLAR_EFORMAT when it
+ * is not HDF5 or is truncated/corrupt, CELLAR_EIO when it cannot be read,
+ * CELLAR_EUNAVAILABLE as above, CELLAR_ENOMEM. */
+int h5_open(const char *path, node **root, cellar_error *err);
+
+/* The file access properties every open of a store file uses (the caller
+ * closes them), or -1.  A second open of the same file (storage/hdf5/h5_stream.c)
+ * must use these too: libhdf5 refuses a shared open whose close degree
+ * differs. */
+hid_t h5_file_access_props(void);
+
+/* Direct reads (storage/hdf5/h5_direct.h): numeric and bool datasets that are
+ * contiguous, or chunked with only deflate, shuffle and fletcher32, are read
+ * with pread and decoded outside libhdf5's lock, so concurrent reads use
+ * every core.  Small chunked datasets get a table of chunk addresses on
+ * first read; bigger ones get each chunk's stored bytes from libhdf5 and
+ * decode them outside it.  Everything else goes through libhdf5.
+ * mode 0 turns direct reads off (every read through libhdf5), 1 on (the
+ * default; CELLAR_H5_DIRECT=0 in the environment at h5_library_init turns
+ * them off), 2 on without chunk tables (for tests; applies to datasets first
+ * read after the call). */
+void h5_set_direct_reads(int mode);
+
+/* How reads of n go now (makes its plan when not made yet): 0 through libhdf5,
+ * 1 direct (pread), 2 chunk bytes through libhdf5, decoded outside it.
+ * For tests and diagnostics. */
+int h5_direct_kind(node *n);
+
+#endif

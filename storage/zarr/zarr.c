@@ -1,0 +1,735 @@
+/* The zarr store: metadata lookup (consolidated or per node), the node
+ * tree, and the helpers for the raw-key route. */
+#include "storage/zarr/zarr.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "storage/node_impl.h"
+#include "storage/zarr/zarr_impl.h"
+
+/* Metadata files larger than this are refused. */
+#define ZARR_MAX_META ((size_t)256 << 20)
+#define ZARR_MAX_DEPTH 64
+
+typedef struct zarr_store {
+    char *dir;
+    int version;
+    json_t *root_doc; /* v3: the root zarr.json */
+    json_t *cmeta;    /* consolidated: relpath keys -> documents; NULL when none */
+    uint64_t cache_id; /* this version's entries in the chunk cache */
+} zarr_store;
+
+typedef struct zarr_node {
+    zarr_store *store; /* owned by the root's zarr_node */
+    int owns_store;
+    char *rel;         /* path below the store, "" for the root */
+    char *dir;         /* the node's directory */
+    int is_array;
+    zarr_array arr;
+} zarr_node;
+
+/* What the metadata says about one node. */
+typedef struct zmeta {
+    int found, is_array;
+    json_t *array; /* v2 .zarray or v3 document (new reference) */
+    json_t *attrs; /* attributes object (new reference) or NULL */
+} zmeta;
+
+static void zmeta_clear(zmeta *m)
+{
+    json_decref(m->array);
+    json_decref(m->attrs);
+    memset(m, 0, sizeof *m);
+}
+
+static char *join_path(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    char *p = malloc(la + lb + 2);
+    if (!p)
+        return NULL;
+    memcpy(p, a, la);
+    size_t o = la;
+    if (lb && la && a[la - 1] != '/')
+        p[o++] = '/';
+    memcpy(p + o, b, lb + 1);
+    return p;
+}
+
+/* Reads and parses dir/rel/file; *missing set (and 0 returned) when the file
+ * does not exist. */
+static int load_json(const char *dir, const char *rel, const char *file, json_t **out,
+                     int *missing, cellar_error *err)
+{
+    *out = NULL;
+    *missing = 0;
+    char path[4096];
+    int n = snprintf(path, sizeof path, "%s%s%s/%s", dir, rel[0] ? "/" : "", rel, file);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return cellar_fail(err, CELLAR_EFORMAT, "path of '%s' is too long", rel);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR) {
+            *missing = 1;
+            return 0;
+        }
+        return cellar_fail(err, CELLAR_EIO, "cannot open %s: %s", path, strerror(errno));
+    }
+    int rc = 0;
+    char *buf = NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > ZARR_MAX_META) {
+        rc = cellar_fail(err, CELLAR_EFORMAT, "'/%s' metadata %s is not a readable file", rel,
+                         file);
+        goto done;
+    }
+    size_t size = (size_t)st.st_size, got = 0;
+    buf = malloc(size + 1);
+    if (!buf) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", path);
+        goto done;
+    }
+    while (got < size) {
+        ssize_t r = pread(fd, buf + got, size - got, (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            rc = cellar_fail(err, CELLAR_EIO, "reading %s failed", path);
+            goto done;
+        }
+        got += (size_t)r;
+    }
+    char what[600];
+    snprintf(what, sizeof what, "'/%s' %s", rel, file);
+    rc = zarr_json_parse(buf, size, out, what, err);
+done:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+static int file_exists(const char *dir, const char *rel, const char *file)
+{
+    char path[4096];
+    int n = snprintf(path, sizeof path, "%s%s%s/%s", dir, rel[0] ? "/" : "", rel, file);
+    struct stat st;
+    return n > 0 && (size_t)n < sizeof path && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static json_t *cmeta_get(const zarr_store *s, const char *rel, const char *suffix)
+{
+    if (!s->cmeta)
+        return NULL;
+    char key[4096];
+    int n = snprintf(key, sizeof key, "%s%s%s", rel, rel[0] && suffix[0] ? "/" : "", suffix);
+    if (n < 0 || (size_t)n >= sizeof key)
+        return NULL;
+    return json_object_get(s->cmeta, key);
+}
+
+static int meta_v2(zarr_store *s, const char *rel, zmeta *m, cellar_error *err)
+{
+    json_t *za = cmeta_get(s, rel, ".zarray");
+    json_t *zg = za ? NULL : cmeta_get(s, rel, ".zgroup");
+    if (za || zg) {
+        m->found = 1;
+        m->is_array = za != NULL;
+        m->array = json_incref(za);
+        m->attrs = json_incref(cmeta_get(s, rel, ".zattrs"));
+        return 0;
+    }
+    int missing = 0;
+    int rc = load_json(s->dir, rel, ".zarray", &m->array, &missing, err);
+    if (rc)
+        return rc;
+    if (missing) {
+        if (!file_exists(s->dir, rel, ".zgroup"))
+            return 0;
+    } else {
+        m->is_array = 1;
+    }
+    m->found = 1;
+    return load_json(s->dir, rel, ".zattrs", &m->attrs, &missing, err);
+}
+
+static int meta_v3(zarr_store *s, const char *rel, zmeta *m, cellar_error *err)
+{
+    json_t *doc = NULL;
+    if (!rel[0])
+        doc = json_incref(s->root_doc);
+    else if (s->cmeta)
+        doc = json_incref(json_object_get(s->cmeta, rel));
+    if (!doc) {
+        int missing = 0;
+        int rc = load_json(s->dir, rel, "zarr.json", &doc, &missing, err);
+        if (rc || missing)
+            return rc;
+    }
+    const char *nt = json_string_value(json_object_get(doc, "node_type"));
+    if (!json_is_object(doc) || json_integer_value(json_object_get(doc, "zarr_format")) != 3 ||
+        !nt || (strcmp(nt, "array") && strcmp(nt, "group"))) {
+        json_decref(doc);
+        return cellar_fail(err, CELLAR_EFORMAT, "'/%s' zarr.json is not a zarr v3 node", rel);
+    }
+    m->found = 1;
+    m->is_array = strcmp(nt, "array") == 0;
+    m->attrs = json_incref(json_object_get(doc, "attributes"));
+    m->array = m->is_array ? doc : NULL;
+    if (!m->is_array)
+        json_decref(doc);
+    return 0;
+}
+
+static int meta_lookup(zarr_store *s, const char *rel, zmeta *m, cellar_error *err)
+{
+    memset(m, 0, sizeof *m);
+    int rc = s->version == 3 ? meta_v3(s, rel, m, err) : meta_v2(s, rel, m, err);
+    if (rc)
+        zmeta_clear(m);
+    return rc;
+}
+
+/* ---- nodes -------------------------------------------------------------- */
+
+static int zarr_open_child(node *parent, const char *name, node **out, cellar_error *err);
+static int zarr_list_children(node *n, arena *a, const char ***names, size_t *count,
+                              cellar_error *err);
+static int zarr_read_op(node *n, const dim_sel *sel, void *out, size_t out_bytes,
+                        cellar_error *err);
+static int zarr_read_strings_op(node *n, const dim_sel *sel, arena *a, char **out,
+                                cellar_error *err);
+static void zarr_destroy(node *n);
+
+static const node_ops zarr_ops = {
+    .open_child = zarr_open_child,
+    .list_children = zarr_list_children,
+    .read = zarr_read_op,
+    .read_strings = zarr_read_strings_op,
+    .destroy = zarr_destroy,
+};
+
+static void zarr_store_free(zarr_store *s)
+{
+    if (!s)
+        return;
+    zarr_cache_drop_store(s->cache_id);
+    json_decref(s->root_doc);
+    json_decref(s->cmeta);
+    free(s->dir);
+    free(s);
+}
+
+static void zarr_destroy(node *n)
+{
+    zarr_node *zn = n->impl;
+    if (!zn)
+        return;
+    zarr_array_clear(&zn->arr);
+    if (zn->owns_store)
+        zarr_store_free(zn->store);
+    free(zn->rel);
+    free(zn->dir);
+    free(zn);
+    n->impl = NULL;
+}
+
+/* Makes the node for rel from its metadata m.  On failure *out is NULL and
+ * nothing leaks (the store is freed when owns_store). */
+static int make_node(node *parent, const char *name, zarr_store *s, int owns_store,
+                     const char *rel, const zmeta *m, node **out, cellar_error *err)
+{
+    *out = NULL;
+    node *n = node_new(&zarr_ops, parent, name);
+    zarr_node *zn = calloc(1, sizeof *zn);
+    if (!n || !zn) {
+        free(zn);
+        node_tree_free(n);
+        if (owns_store)
+            zarr_store_free(s);
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", name);
+    }
+    n->impl = zn;
+    zn->store = s;
+    zn->owns_store = owns_store;
+    zn->rel = strdup(rel);
+    zn->dir = join_path(s->dir, rel);
+    int rc = 0;
+    if (!zn->rel || !zn->dir) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", name);
+        goto done;
+    }
+    if (json_is_object(m->attrs)) {
+        json_t *copy = json_deep_copy(m->attrs);
+        if (!copy) {
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", name);
+            goto done;
+        }
+        json_decref(n->attrs);
+        n->attrs = copy;
+    }
+    if (!m->is_array) {
+        n->info.type = NODE_GROUP;
+        goto done;
+    }
+    zn->is_array = 1;
+    rc = s->version == 3 ? zarr_array_parse_v3(m->array, &zn->arr, n->path, err)
+                         : zarr_array_parse_v2(m->array, &zn->arr, n->path, err);
+    if (rc)
+        goto done;
+    zn->arr.cache_store = s->cache_id;
+    zn->arr.cache_array = zarr_cache_new_id();
+    const zarr_array *za = &zn->arr;
+    n->info.type = NODE_ARRAY;
+    n->info.ndim = za->ndim;
+    memcpy(n->info.shape, za->shape, sizeof za->shape);
+    n->info.dtype = za->dtype;
+    n->info.stored_big_endian = (za->sharded ? za->inner_chain : za->chain).big_endian &&
+                                za->itemsize > 1;
+    n->info.string_size =
+        za->kind == ZK_FIXED_BYTES || za->kind == ZK_FIXED_UTF32 ? za->itemsize : 0;
+done:
+    if (rc) {
+        node_tree_free(n);
+        return rc;
+    }
+    *out = n;
+    return 0;
+}
+
+static int valid_name(const char *name)
+{
+    return name[0] && name[0] != '.' && !strchr(name, '/') && !strchr(name, '\\') &&
+           strlen(name) < 1024;
+}
+
+static int zarr_open_child(node *parent, const char *name, node **out, cellar_error *err)
+{
+    zarr_node *pz = parent->impl;
+    *out = NULL;
+    if (!valid_name(name))
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no element '%s' in '%s'", name, parent->path);
+    char *rel = pz->rel[0] ? join_path(pz->rel, name) : strdup(name);
+    if (!rel)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", name);
+    zmeta m;
+    int rc = meta_lookup(pz->store, rel, &m, err);
+    if (!rc && !m.found)
+        rc = cellar_fail(err, CELLAR_ENOTFOUND, "no element '%s' in '%s'", name, parent->path);
+    if (!rc)
+        rc = make_node(parent, name, pz->store, 0, rel, &m, out, err);
+    zmeta_clear(&m);
+    free(rel);
+    return rc;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A list of malloc'd names. */
+typedef struct name_list {
+    char **v;
+    size_t n, cap;
+} name_list;
+
+static int name_add(name_list *l, const char *s, size_t len)
+{
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? l->cap * 2 : 16;
+        char **nv = realloc(l->v, nc * sizeof *nv);
+        if (!nv)
+            return -1;
+        l->v = nv;
+        l->cap = nc;
+    }
+    l->v[l->n] = strndup(s, len);
+    if (!l->v[l->n])
+        return -1;
+    l->n++;
+    return 0;
+}
+
+static void name_list_free(name_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+}
+
+/* The child of rel that key (a node's relpath) is, if any. */
+static int child_of(const char *rel, const char *key, size_t keylen, const char **name,
+                    size_t *len)
+{
+    size_t rl = strlen(rel);
+    if (rl) {
+        if (keylen <= rl + 1 || strncmp(key, rel, rl) != 0 || key[rl] != '/')
+            return 0;
+        key += rl + 1;
+        keylen -= rl + 1;
+    }
+    if (!keylen || memchr(key, '/', keylen) || key[0] == '.')
+        return 0;
+    *name = key;
+    *len = keylen;
+    return 1;
+}
+
+static int list_consolidated(const zarr_store *s, const char *rel, name_list *l)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(s->cmeta, key, v) {
+        size_t kl = strlen(key);
+        if (s->version == 2) {
+            if (kl > 8 && (strcmp(key + kl - 8, "/.zarray") == 0 ||
+                           strcmp(key + kl - 8, "/.zgroup") == 0))
+                kl -= 8;
+            else
+                continue;
+        }
+        const char *name;
+        size_t len;
+        if (child_of(rel, key, kl, &name, &len) && name_add(l, name, len))
+            return -1;
+    }
+    return 0;
+}
+
+static int list_directory(const zarr_store *s, const zarr_node *zn, name_list *l,
+                          cellar_error *err)
+{
+    DIR *d = opendir(zn->dir);
+    if (!d)
+        return cellar_fail(err, CELLAR_EIO, "cannot list '/%s': %s", zn->rel, strerror(errno));
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d))) {
+        if (!valid_name(e->d_name))
+            continue;
+        char *rel = zn->rel[0] ? join_path(zn->rel, e->d_name) : strdup(e->d_name);
+        if (!rel) {
+            rc = -1;
+            break;
+        }
+        int has = s->version == 3 ? file_exists(s->dir, rel, "zarr.json")
+                                  : file_exists(s->dir, rel, ".zarray") ||
+                                        file_exists(s->dir, rel, ".zgroup");
+        free(rel);
+        if (has && name_add(l, e->d_name, strlen(e->d_name))) {
+            rc = -1;
+            break;
+        }
+    }
+    closedir(d);
+    if (rc)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '/%s'", zn->rel);
+    return 0;
+}
+
+static int zarr_list_children(node *n, arena *a, const char ***names, size_t *count,
+                              cellar_error *err)
+{
+    zarr_node *zn = n->impl;
+    name_list l = {0};
+    int rc = 0;
+    if (zn->store->cmeta) {
+        if (list_consolidated(zn->store, zn->rel, &l))
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '%s'", n->path);
+    } else {
+        rc = list_directory(zn->store, zn, &l, err);
+    }
+    if (rc)
+        goto done;
+    if (l.n)
+        qsort(l.v, l.n, sizeof *l.v, cmp_str); /* l.v is NULL for an empty group */
+    const char **out = arena_calloc(a, l.n ? l.n : 1, sizeof *out);
+    if (!out) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '%s'", n->path);
+        goto done;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        if (k && strcmp(out[k - 1], l.v[i]) == 0)
+            continue;
+        out[k] = arena_strdup(a, l.v[i]);
+        if (!out[k]) {
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '%s'", n->path);
+            goto done;
+        }
+        k++;
+    }
+    *names = out;
+    *count = k;
+done:
+    name_list_free(&l);
+    return rc;
+}
+
+static int zarr_read_op(node *n, const dim_sel *sel, void *out, size_t out_bytes,
+                        cellar_error *err)
+{
+    zarr_node *zn = n->impl;
+    return zarr_array_read(&zn->arr, zn->dir, n->path, sel, out, out_bytes, NULL, NULL, err);
+}
+
+static int zarr_read_strings_op(node *n, const dim_sel *sel, arena *a, char **out,
+                                cellar_error *err)
+{
+    zarr_node *zn = n->impl;
+    return zarr_array_read(&zn->arr, zn->dir, n->path, sel, NULL, 0, a, out, err);
+}
+
+/* ---- opening ------------------------------------------------------------ */
+
+int zarr_store_version(const char *dir)
+{
+    if (file_exists(dir, "", "zarr.json"))
+        return 3;
+    if (file_exists(dir, "", ".zgroup") || file_exists(dir, "", ".zarray") ||
+        file_exists(dir, "", ".zmetadata"))
+        return 2;
+    return CELLAR_EFORMAT;
+}
+
+static void load_consolidated(zarr_store *s)
+{
+    if (s->version == 3) {
+        const json_t *cm = json_object_get(s->root_doc, "consolidated_metadata");
+        json_t *md = json_object_get(cm, "metadata");
+        if (json_is_object(md))
+            s->cmeta = json_incref(md);
+        return;
+    }
+    /* A .zmetadata that cannot be read is ignored: per-node files still are. */
+    json_t *doc = NULL;
+    int missing = 0;
+    cellar_error ignored;
+    cellar_error_clear(&ignored);
+    if (load_json(s->dir, "", ".zmetadata", &doc, &missing, &ignored) == 0 && doc) {
+        json_t *md = json_object_get(doc, "metadata");
+        if (json_is_object(md))
+            s->cmeta = json_incref(md);
+    }
+    json_decref(doc);
+}
+
+int zarr_open(const char *dir, node **root, cellar_error *err)
+{
+    *root = NULL;
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return cellar_fail(err, CELLAR_EFORMAT, "'%s' is not a zarr directory", dir);
+    int version = zarr_store_version(dir);
+    if (version < 0)
+        return cellar_fail(err, CELLAR_EFORMAT,
+                           "'%s' has no zarr.json, .zgroup or .zarray: not a zarr store", dir);
+    zarr_store *s = calloc(1, sizeof *s);
+    if (!s || !(s->dir = strdup(dir))) {
+        free(s);
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", dir);
+    }
+    s->version = version;
+    s->cache_id = zarr_cache_new_id();
+    int rc = 0, missing = 0;
+    if (version == 3) {
+        rc = load_json(dir, "", "zarr.json", &s->root_doc, &missing, err);
+        if (!rc && missing)
+            rc = cellar_fail(err, CELLAR_EFORMAT, "'%s' lost its zarr.json", dir);
+    }
+    if (rc) {
+        zarr_store_free(s);
+        return rc;
+    }
+    load_consolidated(s);
+    zmeta m;
+    rc = meta_lookup(s, "", &m, err);
+    if (!rc && !m.found)
+        rc = cellar_fail(err, CELLAR_EFORMAT, "'%s' has no root group or array", dir);
+    if (rc) {
+        zmeta_clear(&m);
+        zarr_store_free(s);
+        return rc;
+    }
+    rc = make_node(NULL, "", s, 1, "", &m, root, err);
+    zmeta_clear(&m);
+    return rc;
+}
+
+/* ---- consolidating a v2 store ------------------------------------------- */
+
+/* Adds rel's .zgroup/.zarray/.zattrs to md and recurses into groups. */
+static int consolidate_node(const char *dir, const char *rel, int depth, json_t *md,
+                            cellar_error *err);
+static int consolidate_node_v3(const char *dir, const char *rel, int depth, json_t *md,
+                               cellar_error *err);
+
+/* Consolidates every child node of the group rel (zarr format 2 or 3) into md. */
+static int consolidate_children(const char *dir, const char *rel, int depth, int format,
+                                json_t *md, cellar_error *err)
+{
+    if (depth >= ZARR_MAX_DEPTH)
+        return cellar_fail(err, CELLAR_EFORMAT, "'%s' nests groups too deeply", dir);
+    char *path = rel[0] ? join_path(dir, rel) : strdup(dir);
+    DIR *d = path ? opendir(path) : NULL;
+    free(path);
+    if (!d)
+        return cellar_fail(err, CELLAR_EIO, "cannot list '/%s' in '%s'", rel, dir);
+    int rc = 0;
+    struct dirent *e;
+    while (!rc && (e = readdir(d))) {
+        if (!valid_name(e->d_name))
+            continue;
+        char *crel = rel[0] ? join_path(rel, e->d_name) : strdup(e->d_name);
+        if (!crel) {
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+            break;
+        }
+        if (format == 3 && file_exists(dir, crel, "zarr.json"))
+            rc = consolidate_node_v3(dir, crel, depth + 1, md, err);
+        else if (format == 2 &&
+                 (file_exists(dir, crel, ".zgroup") || file_exists(dir, crel, ".zarray")))
+            rc = consolidate_node(dir, crel, depth + 1, md, err);
+        free(crel);
+    }
+    closedir(d);
+    return rc;
+}
+
+static int consolidate_node(const char *dir, const char *rel, int depth, json_t *md,
+                            cellar_error *err)
+{
+    static const char *files[] = {".zgroup", ".zarray", ".zattrs"};
+    int is_group = 0, rc = 0;
+    for (size_t i = 0; i < 3; i++) {
+        json_t *doc = NULL;
+        int missing = 0;
+        rc = load_json(dir, rel, files[i], &doc, &missing, err);
+        if (rc)
+            return rc;
+        if (missing)
+            continue;
+        char key[4096];
+        snprintf(key, sizeof key, "%s%s%s", rel, rel[0] ? "/" : "", files[i]);
+        if (json_object_set_new(md, key, doc))
+            return cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+        is_group |= i == 0;
+    }
+    if (!is_group)
+        return 0;
+    return consolidate_children(dir, rel, depth, 2, md, err);
+}
+
+int zarr_build_consolidated(const char *dir, char **json_text, size_t *len, cellar_error *err)
+{
+    *json_text = NULL;
+    *len = 0;
+    if (zarr_store_version(dir) != 2)
+        return cellar_fail(err, CELLAR_EFORMAT, "'%s' is not a zarr v2 store", dir);
+    json_t *doc = json_object(), *md = json_object();
+    int rc = 0;
+    if (!doc || !md || json_object_set_new(doc, "zarr_consolidated_format", json_integer(1))) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+        goto done;
+    }
+    rc = consolidate_node(dir, "", 0, md, err);
+    if (rc)
+        goto done;
+    if (json_object_set(doc, "metadata", md)) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+        goto done;
+    }
+    *json_text = json_dumps(doc, JSON_INDENT(4) | JSON_SORT_KEYS);
+    if (!*json_text) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+        goto done;
+    }
+    *len = strlen(*json_text);
+done:
+    json_decref(md);
+    json_decref(doc);
+    return rc;
+}
+
+/* An empty inline consolidated_metadata block, as zarr-python writes on
+ * every group. */
+static json_t *empty_inline_block(void)
+{
+    return json_pack("{s:s, s:b, s:{}}", "kind", "inline", "must_understand", 0, "metadata");
+}
+
+/* Adds the v3 document of rel and, for a group, of everything below it to md
+ * under flattened relative paths ("obs", "obs/_index", ...). */
+static int consolidate_node_v3(const char *dir, const char *rel, int depth, json_t *md,
+                               cellar_error *err)
+{
+    json_t *doc = NULL;
+    int missing = 0;
+    int rc = load_json(dir, rel, "zarr.json", &doc, &missing, err);
+    if (rc || missing)
+        return rc;
+    const char *type = json_string_value(json_object_get(doc, "node_type"));
+    int is_group = type && strcmp(type, "group") == 0;
+    if (rel[0]) {
+        if (is_group && json_object_set_new(doc, "consolidated_metadata", empty_inline_block()))
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+        if (!rc && json_object_set(md, rel, doc))
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+    }
+    json_decref(doc);
+    if (rc || !is_group)
+        return rc;
+    return consolidate_children(dir, rel, depth, 3, md, err);
+}
+
+int zarr_build_consolidated_v3(const char *dir, char **json_text, size_t *len,
+                               cellar_error *err)
+{
+    *json_text = NULL;
+    *len = 0;
+    json_t *root = NULL, *md = json_object();
+    int missing = 0;
+    int rc = load_json(dir, "", "zarr.json", &root, &missing, err);
+    if (rc)
+        goto done;
+    if (missing) {
+        rc = cellar_fail(err, CELLAR_EFORMAT, "'%s' is not a zarr v3 store", dir);
+        goto done;
+    }
+    const char *type = json_string_value(json_object_get(root, "node_type"));
+    if (!type || strcmp(type, "group") != 0 || json_object_get(root, "consolidated_metadata")) {
+        rc = cellar_fail(err, CELLAR_ENOTFOUND,
+                         "'%s' has consolidated metadata already, or is not a group", dir);
+        goto done;
+    }
+    if (!md) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+        goto done;
+    }
+    rc = consolidate_node_v3(dir, "", 0, md, err);
+    if (rc)
+        goto done;
+    json_t *block = empty_inline_block();
+    if (!block || json_object_set(block, "metadata", md) ||
+        json_object_set_new(root, "consolidated_metadata", block)) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+        goto done;
+    }
+    *json_text = json_dumps(root, JSON_INDENT(2));
+    if (!*json_text) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+        goto done;
+    }
+    *len = strlen(*json_text);
+done:
+    json_decref(md);
+    json_decref(root);
+    return rc;
+}

@@ -1,0 +1,127 @@
+/* Inside the zarr backend: parsed array metadata and the chunk reader,
+ * shared by storage/zarr/zarr.c, storage/zarr/zarr_meta.c, storage/zarr/zarr_read.c and the
+ * fuzz targets.  Not for use outside storage/zarr*.c and tests. */
+#ifndef CELLAR_ZARR_IMPL_H
+#define CELLAR_ZARR_IMPL_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "storage/codecs.h"
+#include "storage/node.h"
+
+#define ZARR_MAX_CODECS 8
+
+/* How one element is stored. */
+typedef enum zarr_kind {
+    ZK_NUMERIC = 1,  /* fixed-size numbers and bools */
+    ZK_VLEN_UTF8,    /* numcodecs vlen-utf8 */
+    ZK_VLEN_BYTES,   /* numcodecs vlen-bytes */
+    ZK_FIXED_UTF32,  /* numpy <U{n}: n UTF-32 code units */
+    ZK_FIXED_BYTES   /* numpy |S{n}: n bytes, NUL-padded */
+} zarr_kind;
+
+/* The array -> bytes step of a codec chain. */
+typedef enum zarr_a2b { ZA_BYTES = 1, ZA_VLEN, ZA_SHARD } zarr_a2b;
+
+/* A decoding pipeline for one chunk (or one inner chunk of a shard). */
+typedef struct zarr_chain {
+    int has_perm;                   /* transpose / F order */
+    int perm[NODE_MAX_DIMS];        /* composed permutation, encoding direction */
+    zarr_a2b a2b;
+    int big_endian;                 /* ZA_BYTES: stored byte order */
+    int nb2b;
+    codec_id b2b[ZARR_MAX_CODECS];  /* bytes -> bytes, in encoding order */
+} zarr_chain;
+
+typedef struct zarr_array {
+    int ndim;
+    int64_t shape[NODE_MAX_DIMS];
+    int64_t chunk[NODE_MAX_DIMS];   /* chunk grid: the shard shape when sharded */
+    dtype_kind dtype;               /* DT_NONE when the dtype is not supported */
+    zarr_kind kind;
+    size_t itemsize;                /* stored bytes per item; 0 for vlen */
+    int v2_keys;                    /* keys "1.2" (v2 and v3 "v2" encoding), else "c/1/2" */
+    char sep;                       /* '.' or '/' */
+    uint8_t fill[8];                /* numeric fill value, native order */
+    char *fill_str;                 /* string fill value (UTF-8), malloc'd */
+    zarr_chain chain;               /* outer chain */
+    int sharded;
+    int64_t inner[NODE_MAX_DIMS];   /* inner chunk shape */
+    zarr_chain inner_chain;
+    int index_at_start, index_big_endian, index_crc;
+    char *unsupported;              /* why reads fail, malloc'd; NULL when readable */
+    /* Chunk cache identity (zarr_cache_new_id): the store version and the
+     * array; 0 when the array is not of an opened store (no caching). */
+    uint64_t cache_store, cache_array;
+} zarr_array;
+
+/* Parse the metadata of one array: v2 `.zarray` contents or a v3 array
+ * `zarr.json` document.  `what` names the node in error details.  A
+ * structurally broken document fails with CELLAR_EFORMAT; an unsupported
+ * dtype or codec still succeeds but sets out->unsupported (and dtype
+ * DT_NONE for dtypes).  On success the caller frees with zarr_array_clear. */
+int zarr_array_parse_v2(const json_t *zarray, zarr_array *out, const char *what,
+                        cellar_error *err);
+int zarr_array_parse_v3(const json_t *doc, zarr_array *out, const char *what,
+                        cellar_error *err);
+void zarr_array_clear(zarr_array *a);
+
+/* Parses JSON text from disk.  Accepts Python's bare NaN / Infinity /
+ * -Infinity tokens (read as null), which json.dumps writes into attributes.
+ * *out is a new reference. */
+int zarr_json_parse(const char *text, size_t len, json_t **out, const char *what,
+                    cellar_error *err);
+
+/* Reads a selection of the array stored under directory `dir`: numeric into
+ * out (out_bytes as node_read), strings into sout from a (as
+ * node_read_strings; out NULL).  `what` is the node path for details. */
+int zarr_array_read(const zarr_array *za, const char *dir, const char *what, const dim_sel *sel,
+                    void *out, size_t out_bytes, arena *a, char **sout, cellar_error *err);
+
+/* The ranges a shard index describes (exposed for the fuzz target): decodes
+ * the index bytes `src` of a shard with the array's index layout. */
+int zarr_shard_index_read(const zarr_array *za, const uint8_t *src, size_t n,
+                          uint64_t shard_size, uint64_t **pairs, uint64_t *nchunks,
+                          cellar_error *err);
+
+/* ---- the decoded-chunk cache (storage/zarr/zarr_cache.c) ---- */
+
+/* What an entry holds: a decoded chunk or a shard's decoded index. */
+enum { ZARR_CACHE_CHUNK = 1, ZARR_CACHE_SHARD_INDEX = 2 };
+
+/* Zero-filled before use: hashed and compared as bytes. */
+typedef struct zarr_cache_key {
+    uint64_t store, array;
+    int64_t coords[NODE_MAX_DIMS];
+    uint32_t kind, pad;
+} zarr_cache_key;
+
+typedef struct zarr_cached zarr_cached;
+
+/* A new nonzero id, unique in the process (store versions and arrays). */
+uint64_t zarr_cache_new_id(void);
+
+/* The entry for k with a reference the caller drops with
+ * zarr_cache_release, or NULL (a miss). */
+const zarr_cached *zarr_cache_get(const zarr_cache_key *k);
+
+/* Hands buf (len bytes) and items (nitems, may be NULL) over to a new entry
+ * for k and returns it with a reference; they are freed with the entry.
+ * When k is already present (another thread decoded it meanwhile), buf and
+ * items are freed and the present entry is returned.  An entry over the
+ * size bound, or with the cache off, is returned without being kept: its
+ * last release frees it.  NULL only when out of memory (buf, items freed). */
+const zarr_cached *zarr_cache_put(const zarr_cache_key *k, uint8_t *buf, size_t len,
+                                  codec_vlen_item *items, size_t nitems);
+
+void zarr_cache_release(const zarr_cached *c);
+
+/* The immutable contents of an entry (valid while referenced). */
+const uint8_t *zarr_cached_buf(const zarr_cached *c, size_t *len,
+                               const codec_vlen_item **items);
+
+/* Forgets every entry of a store version (called when it is freed). */
+void zarr_cache_drop_store(uint64_t store_id);
+
+#endif
