@@ -40,7 +40,7 @@ PYTHON_FOR_VENV = $(shell sh tests/find_python.sh)
 VENV    := .venv
 PORT    ?= 8080
 
-.PHONY: all deps run test check unit pytest venv clean fuzz-replay bench
+.PHONY: all deps run test check unit pytest venv clean fuzz-replay bench layout-check
 all: $(BUILD)/cellar
 
 # Installs the Debian packages that are missing (needs root, as on CI).
@@ -115,8 +115,13 @@ $(ZARR_CLIENTS)/node_modules/.package-lock.json: $(ZARR_CLIENTS)/package.json $(
 pytest: $(BUILD)/cellar venv $(ZARR_CLIENTS)/node_modules/.package-lock.json
 	$(SAN_ENV) CELLAR_BIN=$(abspath $(BUILD)/cellar) $(VENV)/bin/python -m pytest -q tests/http
 
+# The layering rules of the README's "Layout", on what the preprocessor includes.
+layout-check:
+	@CC="$(CC)" CPPFLAGS="$(shell pkg-config --cflags $(PKGS) 2>/dev/null)" sh tests/layout_check.sh
+
 # One build: unit tests, then the HTTP suite against the real binary.
 check: $(BUILD)/unit_tests $(BUILD)/cellar venv
+	$(MAKE) layout-check
 	$(SAN_ENV) ./$(BUILD)/unit_tests
 	$(MAKE) fuzz-replay
 	$(MAKE) pytest

@@ -6,10 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "api/handlers.h"
 #include "api/encode/json_out.h"
-#include "api/encode/npy_out.h"
-#include "storage/anndata/anndata.h"
 #include "storage/selection.h"
 
 static const char *const format_names[] = {
@@ -395,40 +392,9 @@ int api_check_plain_json(const api_request *req, cellar_error *err)
     return rc ? rc : api_negotiate_format(req, 1u << FORMAT_JSON, &fmt, err);
 }
 
-/* ---- helpers shared by the handlers (api/handlers.h) ---- */
-
 uint64_t api_limit(const api_request *req)
 {
     return req->config ? req->config->max_response_bytes : 0;
-}
-
-int api_ad_group(api_request *req, node **out, cellar_error *err)
-{
-    *out = NULL;
-    int rc = api_open_store(req, err);
-    if (rc)
-        return rc;
-    node *g = store_root(req->store);
-    if (req->mod) {
-        if (store_get_kind(req->store) != KIND_MUDATA)
-            return cellar_fail(err, CELLAR_ENOTFOUND, "store '%s' is not a MuData store",
-                               req->store_name);
-        rc = mudata_mod(g, req->mod, &g, err);
-        if (rc)
-            return rc;
-    }
-    if (req->raw) {
-        node *raw = node_child_opt(g, "raw");
-        if (!raw || node_get_info(raw)->type != NODE_GROUP) {
-            if (req->mod)
-                return cellar_fail(err, CELLAR_ENOTFOUND, "modality '%s' of store '%s' has no raw",
-                                   req->mod, req->store_name);
-            return cellar_fail(err, CELLAR_ENOTFOUND, "store '%s' has no raw", req->store_name);
-        }
-        g = raw;
-    }
-    *out = g;
-    return 0;
 }
 
 int api_reply_json_doc(api_response *res, const json_t *doc, cellar_error *err)
@@ -437,24 +403,4 @@ int api_reply_json_doc(api_response *res, const json_t *doc, cellar_error *err)
     res->content_type = "application/json";
     res->body.len = 0;
     return json_dump_buf(doc, &res->body, err);
-}
-
-int api_begin_binary(api_request *req, api_response *res, api_format fmt, dtype_kind dt,
-                     const int64_t *shape, int ndim, cellar_error *err)
-{
-    char text[200];
-    npy_shape_text(shape, ndim, text, sizeof text);
-    if (api_add_header(req, res, "X-Shape", text) ||
-        api_add_header(req, res, "X-Dtype", dtype_name(dt)))
-        return cellar_fail(err, CELLAR_EINTERNAL, "too many response headers");
-    res->status = 200;
-    if (fmt == FORMAT_NPY) {
-        res->content_type = "application/x-npy";
-        if (npy_header(&res->body, dt, shape, ndim))
-            return cellar_fail(err, CELLAR_EINTERNAL, "cannot write a .npy header for %s",
-                               dtype_name(dt));
-    } else {
-        res->content_type = "application/octet-stream";
-    }
-    return 0;
 }

@@ -153,4 +153,12 @@ int api_check_budget(const api_request *req, uint64_t bytes, const char *unit,
  * server releases when the request completes). */
 int api_open_store(api_request *req, cellar_error *err);
 
+/* ---- for every handler ---- */
+
+/* Sets res to a 200 JSON answer: serializes doc (jansson) into res->body. */
+int api_reply_json_doc(api_response *res, const json_t *doc, cellar_error *err);
+
+/* The limit of an answer's bytes from the configuration; 0 = none. */
+uint64_t api_limit(const api_request *req);
+
 #endif

@@ -18,9 +18,9 @@
 #include <zlib.h>
 #include <zstd.h>
 
-#include "api/encode/json_out.h"
 #include "api/encode/problem.h"
 #include "api/request.h"
+#include "common/numfmt.h"
 #include "server/answer_cache.h"
 #include "server/router.h"
 #include "storage/zarr/zarr.h"

@@ -2,7 +2,8 @@
 
 #include <string.h>
 
-#include "api/handlers.h"
+#include "api/v1/routes.h"
+#include "api/zarr/routes.h"
 
 #define MAX_SEGMENTS 64
 

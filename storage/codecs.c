@@ -1,5 +1,7 @@
 #include "storage/codecs.h"
 
+#include "common/utf8.h"
+
 #include <blosc.h>
 #include <limits.h>
 #include <lz4.h>
@@ -330,40 +332,6 @@ uint32_t codec_crc32c(uint32_t crc, const void *data, size_t n)
     return ~crc;
 }
 
-int codec_utf8_valid(const uint8_t *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        uint32_t cp, min;
-        if ((c & 0xe0) == 0xc0) {
-            len = 2, cp = c & 0x1f, min = 0x80;
-        } else if ((c & 0xf0) == 0xe0) {
-            len = 3, cp = c & 0x0f, min = 0x800;
-        } else if ((c & 0xf8) == 0xf0) {
-            len = 4, cp = c & 0x07, min = 0x10000;
-        } else {
-            return 0;
-        }
-        if (n - i < len)
-            return 0;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return 0;
-            cp = cp << 6 | (s[i + k] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        i += len;
-    }
-    return 1;
-}
-
 int codec_vlen_decode(const uint8_t *src, size_t n, uint64_t count, int utf8,
                       codec_vlen_item *items, const char *what, cellar_error *err)
 {
@@ -383,7 +351,7 @@ int codec_vlen_decode(const uint8_t *src, size_t n, uint64_t count, int utf8,
         if (len > n - pos)
             return cellar_fail(err, CELLAR_EFORMAT, "%s: item %llu runs past the end",
                                WHAT(what), (unsigned long long)i);
-        if (utf8 && !codec_utf8_valid(src + pos, len))
+        if (utf8 && !utf8_valid((const char *)src + pos, len))
             return cellar_fail(err, CELLAR_EFORMAT, "%s: item %llu is not valid UTF-8",
                                WHAT(what), (unsigned long long)i);
         items[i].off = pos;

@@ -62,10 +62,6 @@ typedef struct codec_vlen_item {
 int codec_vlen_decode(const uint8_t *src, size_t n, uint64_t count, int utf8,
                       codec_vlen_item *items, const char *what, cellar_error *err);
 
-/* 1 when s[0..n) is valid UTF-8 (no overlongs, surrogates or code points
- * above U+10FFFF), else 0. */
-int codec_utf8_valid(const uint8_t *s, size_t n);
-
 /* Converts one fixed-length numpy unicode item (`nchars` UTF-32 code units,
  * little- or big-endian) to NUL-terminated UTF-8 in dst, which has room for
  * 4 * nchars + 1 bytes.  Stops at the first NUL code unit (numpy's padding).

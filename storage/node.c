@@ -298,6 +298,15 @@ int node_file_extent(node *n, int *fd, uint64_t *offset, uint64_t *length)
     return n->ops->file_extent(n, fd, offset, length);
 }
 
+int node_stream_string(node *n, size_t piece, node_string_sink sink, void *ctx,
+                       cellar_error *err)
+{
+    if (n->info.type != NODE_ARRAY || n->info.dtype != DT_STRING || !n->ops->stream_string ||
+        piece == 0)
+        return cellar_fail(err, CELLAR_EINVAL, "'%s' cannot be streamed", n->path);
+    return n->ops->stream_string(n, piece, sink, ctx, err);
+}
+
 int node_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cellar_error *err)
 {
     int rc = check_array(n, sel, err);

@@ -1,8 +1,8 @@
 /* The backend-neutral tree of a store: groups and arrays, their attributes,
  * shapes and types, and reads of a selection.
  *
- * Two backends implement it: storage/hdf5/h5.c (libhdf5) and, later,
- * storage/zarr/zarr.c.  Everything above (storage/anndata/anndata.c, api/) sees only this.
+ * Two backends implement it: storage/hdf5/ (libhdf5) and storage/zarr/.
+ * Everything above (storage/anndata/, storage/trees/, api/) sees only this.
  *
  * Ownership: a store version owns its whole node tree.  Every node pointer
  * handed out here is borrowed and stays valid until the tree's root is
@@ -103,6 +103,21 @@ int node_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cellar_e
  * offset and length, and 0.  Else 1 (read it with node_read).  Lets a
  * whole array be answered from the file itself (sendfile). */
 int node_file_extent(node *n, int *fd, uint64_t *offset, uint64_t *length);
+
+/* Receives the next piece of a streamed string (len > 0); returns 0 or a
+ * cellar_code, which stops the stream and is returned as is. */
+typedef int (*node_string_sink)(void *ctx, const char *data, size_t len, cellar_error *err);
+
+/* Streams the one variable-length string of n (a 0-d string array, or 1-D
+ * of one element) to sink in pieces of at most `piece` bytes (> 0), without
+ * holding it whole (TreeData's JSON trees: ~100 MB for 1M nodes).  The
+ * bytes are as stored (not UTF-8 checked).  0 when every byte went to the
+ * sink.  CELLAR_EINVAL when the backend cannot stream this array: nothing
+ * was given to the sink, read it with node_read_strings.  After the first
+ * piece: what the sink returned, CELLAR_EIO, or CELLAR_EFORMAT when the
+ * stored string ends early. */
+int node_stream_string(node *n, size_t piece, node_string_sink sink, void *ctx,
+                       cellar_error *err);
 
 /* Reads a selection of a string array as NUL-terminated UTF-8 strings into
  * out[product(counts)], each allocated from a.  Fixed-length strings lose

@@ -17,6 +17,9 @@ typedef struct node_ops {
                         cellar_error *err);
     /* Optional (NULL: never): see node_file_extent. */
     int (*file_extent)(node *n, int *fd, uint64_t *offset, uint64_t *length);
+    /* Optional (NULL: never): see node_stream_string. */
+    int (*stream_string)(node *n, size_t piece, node_string_sink sink, void *ctx,
+                         cellar_error *err);
     /* Releases the backend's part of one node (not its children). For the
      * root it is called last, after all descendants. */
     void (*destroy)(node *n);

@@ -363,7 +363,7 @@ static int store_open(registry *r, const char *name, const char *path,
     }
     if (rc)
         goto done;
-    s->kind = anndata_detect_kind(s->root);
+    s->kind = store_kind_detect(s->root);
     snprintf(s->etag, sizeof s->etag, "\"%lx-%lx-%llx-%llx.%lx\"", (unsigned long)id->dev,
              (unsigned long)id->ino, (unsigned long long)id->size,
              (unsigned long long)id->mtime.tv_sec, (unsigned long)id->mtime.tv_nsec);

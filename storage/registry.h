@@ -17,7 +17,7 @@
 
 #include "common/arena.h"
 #include "common/error.h"
-#include "storage/anndata/anndata.h"
+#include "storage/kind.h"
 #include "storage/node.h"
 
 typedef struct registry registry;

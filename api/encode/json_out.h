@@ -9,7 +9,8 @@
  * bytes become valid JSON; invalid UTF-8 sequences are replaced by U+FFFD and
  * control characters are escaped.
  *
- * Also small helpers for jansson documents (summaries, schemas): a sanitizing
+ * The number and UTF-8 helpers underneath are common/numfmt.h and
+ * common/utf8.h.  Also small helpers for jansson documents (summaries, schemas): a sanitizing
  * string constructor and a dump into a response. */
 #ifndef CELLAR_JSON_OUT_H
 #define CELLAR_JSON_OUT_H
@@ -21,26 +22,13 @@
 
 #include "common/buf.h"
 #include "common/error.h"
+#include "common/numfmt.h"
+#include "common/utf8.h"
 #include "storage/dtype.h"
-
-/* Longest text fmt_f64/fmt_f32/fmt_int write, NUL included. */
-#define NUMBER_TEXT_MAX 40
-
-/* Writes the shortest round-trip text of v into out (at least
- * NUMBER_TEXT_MAX bytes) and returns its length; an integral value gets a
- * trailing ".0" like Python's repr.  Returns 0 (and writes "") for NaN and
- * infinities. */
-/* Decimal digits of v at out (NUL-terminated, at most 21 bytes), without printf. */
-size_t fmt_u64(uint64_t v, char *out);
-size_t fmt_f64(double v, char *out);
-size_t fmt_f32(float v, char *out);
 
 /* The longest text the formatters write for one value of a numeric kind in
  * JSON or CSV, separator included (for bounding an answer before reading). */
 uint64_t fmt_max_text(dtype_kind dt);
-
-/* IEEE half -> float, exactly. */
-float half_to_float(uint16_t h);
 
 /* Formats element i of a typed array (numeric or bool) as text: integers in
  * decimal, floats as above (0 = NaN/inf, which the caller treats as missing),
@@ -50,14 +38,6 @@ size_t fmt_typed(dtype_kind dt, const void *data, int64_t i, const char *true_te
 
 /* Whether element i of a float array is NaN or infinite (0 for other types). */
 int typed_is_nonfinite(dtype_kind dt, const void *data, int64_t i);
-
-/* Appends s[0..n) to out with every invalid UTF-8 sequence (overlong forms,
- * surrogates, code points over U+10FFFF, truncated sequences) replaced by
- * U+FFFD.  Returns 0, or -1 when out of memory. */
-int utf8_sanitize(const char *s, size_t n, buf *out);
-
-/* Whether s[0..n) is valid UTF-8. */
-int utf8_valid(const char *s, size_t n);
 
 /* ---- streaming writer ---- */
 

@@ -7,7 +7,7 @@
 #include "common/satmath.h"
 #include "api/encode/csv_out.h"
 #include "api/v1/frame.h"
-#include "api/handlers.h"
+#include "api/v1/routes.h"
 #include "api/encode/json_out.h"
 #include "storage/anndata/anndata.h"
 

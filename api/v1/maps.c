@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/handlers.h"
+#include "api/v1/routes.h"
 #include "api/encode/json_out.h"
 #include "storage/anndata/anndata.h"
 #include "storage/registry.h"

@@ -10,7 +10,7 @@
 #include "common/satmath.h"
 #include "api/encode/csv_out.h"
 #include "api/v1/frame.h"
-#include "api/handlers.h"
+#include "api/v1/routes.h"
 #include "api/encode/json_out.h"
 #include "api/encode/npy_out.h"
 #include "storage/anndata/anndata.h"
@@ -363,7 +363,7 @@ static int check_csr_budget(api_request *req, const matrix_req *mr, uint64_t *ma
                             cellar_error *err)
 {
     uint64_t nnz;
-    int rc = matrix_count_nnz(&mr->m, &mr->rows, &mr->cols, mr->ci, &nnz, err);
+    int rc = matrix_count_nnz(&mr->m, &mr->rows, &mr->cols, column_index_csc(mr->ci), &nnz, err);
     if (rc)
         return rc;
     int binary = mr->fmt == FORMAT_BIN;
@@ -698,7 +698,7 @@ static int write_csr_binary(api_request *req, api_response *res, const matrix_re
             return rc;
     }
     matrix_csr csr;
-    int rc = matrix_read_csr(&mr->m, &mr->rows, &mr->cols, mr->ci, max_nnz, req->arena, &csr,
+    int rc = matrix_read_csr(&mr->m, &mr->rows, &mr->cols, column_index_csc(mr->ci), max_nnz, req->arena, &csr,
                              err);
     if (!rc)
         rc = csr_bin_layout(mr, res, csr.nnz, &cb, err);
@@ -753,7 +753,7 @@ static int read_binary(api_request *req, api_response *res, const matrix_req *mr
         close(fd);
     }
     char *p = buf_reserve(&res->body, bytes ? bytes : 1);
-    rc = p ? matrix_read_dense(&mr->m, &mr->rows, &mr->cols, mr->ci, p, bytes, err)
+    rc = p ? matrix_read_dense(&mr->m, &mr->rows, &mr->cols, column_index_csc(mr->ci), p, bytes, err)
            : cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", mr->what);
     if (rc) {
         res->n_headers = headers; /* an error answer carries no X-Shape */
@@ -859,7 +859,7 @@ int api_matrix(api_request *req, api_response *res, cellar_error *err)
         if (!rc && matrix_csr_is_run(&mr.m, &mr.rows, &mr.cols) && !mr.ci)
             rc = read_csr_run(req, &mr, &csr, &done, err);
         if (!rc && !done)
-            rc = matrix_read_csr(&mr.m, &mr.rows, &mr.cols, mr.ci, max_nnz, req->arena, &csr, err);
+            rc = matrix_read_csr(&mr.m, &mr.rows, &mr.cols, column_index_csc(mr.ci), max_nnz, req->arena, &csr, err);
         return rc ? rc : write_csr_json(req, res, &mr, &csr, err);
     }
     rc = check_dense_budget(req, &mr, err);
@@ -871,7 +871,7 @@ int api_matrix(api_request *req, api_response *res, cellar_error *err)
     void *data = arena_alloc(req->arena, bytes ? bytes : 1);
     if (!data)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", mr.what);
-    rc = matrix_read_dense(&mr.m, &mr.rows, &mr.cols, mr.ci, data, bytes, err);
+    rc = matrix_read_dense(&mr.m, &mr.rows, &mr.cols, column_index_csc(mr.ci), data, bytes, err);
     if (rc)
         return rc;
     switch (mr.fmt) {

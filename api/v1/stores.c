@@ -4,7 +4,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "api/handlers.h"
+#include "api/v1/routes.h"
 #include "api/encode/json_out.h"
 #include "storage/anndata/anndata.h"
 #include "storage/anndata/column_index.h"

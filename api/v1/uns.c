@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "api/handlers.h"
+#include "api/v1/routes.h"
 #include "api/encode/json_out.h"
 #include "storage/anndata/anndata.h"
 #include "storage/anndata/matrix.h"

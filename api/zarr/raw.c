@@ -44,7 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/handlers.h"
+#include "api/zarr/routes.h"
 #include "api/encode/problem.h"
 #include "storage/zarr/zarr.h"
 

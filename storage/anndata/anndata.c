@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/numfmt.h"
 #include "storage/anndata/name_index.h"
 #include "storage/registry.h"
 
@@ -14,16 +15,6 @@
 enum { SCAN_CHUNK = 1 << 16 };
 
 /* ---- small helpers ---- */
-
-const char *store_kind_name(store_kind k)
-{
-    switch (k) {
-    case KIND_ANNDATA: return "anndata";
-    case KIND_MUDATA: return "mudata";
-    case KIND_TREEDATA: return "treedata";
-    default: return "unknown";
-    }
-}
 
 const char *col_encoding_name(col_encoding e)
 {
@@ -60,20 +51,6 @@ static int json_flag(const json_t *v, int *out)
         return 0;
     }
     return -1;
-}
-
-/* IEEE half to float. */
-static float half_to_float(uint16_t h)
-{
-    int sign = h >> 15, exp = (h >> 10) & 0x1f, frac = h & 0x3ff;
-    float v;
-    if (exp == 0)
-        v = ldexpf((float)frac, -24);
-    else if (exp == 31)
-        v = frac ? NAN : INFINITY;
-    else
-        v = ldexpf((float)(frac | 0x400), exp - 25);
-    return sign ? -v : v;
 }
 
 /* Shortest text that reads back as the same double (or float when
@@ -221,28 +198,6 @@ char *element_read_scalar_string(node *n, arena *a, cellar_error *err)
     if (!out)
         cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", node_path(n));
     return out;
-}
-
-/* ---- kind ---- */
-
-store_kind anndata_detect_kind(node *root)
-{
-    const char *et = element_encoding(root);
-    if (et && strcasecmp(et, "treedata") == 0)
-        return KIND_TREEDATA;
-    if (et && strcasecmp(et, "mudata") == 0)
-        return KIND_MUDATA;
-    if (et && strcmp(et, "anndata") != 0)
-        return KIND_UNKNOWN;
-    if (node_get_info(root)->type != NODE_GROUP)
-        return KIND_UNKNOWN;
-    node *mod = node_child_opt(root, "mod");
-    if (mod && node_get_info(mod)->type == NODE_GROUP && !et)
-        return KIND_MUDATA;
-    /* treedata 0.1.x wrote encoding-type "anndata"; its trees give it away. */
-    if (node_child_opt(root, "obst") || node_child_opt(root, "vart"))
-        return KIND_TREEDATA;
-    return KIND_ANNDATA;
 }
 
 /* ---- data frame columns ---- */

@@ -10,27 +10,11 @@
 
 #include "common/arena.h"
 #include "common/error.h"
+#include "storage/kind.h"
 #include "storage/node.h"
 #include "storage/selection.h"
 
 struct store; /* storage/registry.h: for per-version caches (name indexes) */
-
-typedef enum store_kind {
-    KIND_UNKNOWN = 0,
-    KIND_ANNDATA,
-    KIND_MUDATA,
-    KIND_TREEDATA
-} store_kind;
-
-/* "anndata", "mudata", "treedata", "unknown". */
-const char *store_kind_name(store_kind k);
-
-/* Kind of a store from its root node: root `encoding-type` first
- * ("anndata", "MuData", "treedata"), else a `mod` group means MuData, else
- * AnnData (0.7.x files have no root attributes).  An `obst`/`vart` child
- * makes an "anndata" (or attribute-less) root TreeData (treedata 0.1.x
- * wrote "anndata"); an unknown root encoding-type is KIND_UNKNOWN. */
-store_kind anndata_detect_kind(node *root);
 
 /* ---- data frames (obs, var, raw/var, obsm data frames) ---- */
 

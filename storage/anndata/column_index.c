@@ -60,10 +60,10 @@ static int layout_of(int64_t n_rows, int64_t n_cols, int64_t nnz, dtype_kind dt,
 static void set_views(column_index *ci, const cix_layout *l)
 {
     char *base = ci->map;
-    ci->colptr = (const int64_t *)(void *)(base + l->colptr_off);
-    ci->rows32 = l->row_width == 4 ? (const uint32_t *)(void *)(base + l->rows_off) : NULL;
-    ci->rows64 = l->row_width == 8 ? (const int64_t *)(void *)(base + l->rows_off) : NULL;
-    ci->values = base + l->values_off;
+    ci->csc.colptr = (const int64_t *)(void *)(base + l->colptr_off);
+    ci->csc.rows32 = l->row_width == 4 ? (const uint32_t *)(void *)(base + l->rows_off) : NULL;
+    ci->csc.rows64 = l->row_width == 8 ? (const int64_t *)(void *)(base + l->rows_off) : NULL;
+    ci->csc.values = base + l->values_off;
 }
 
 void column_index_free(column_index *ci)
@@ -265,10 +265,10 @@ int column_index_build(const matrix *m, const char *path, column_index **out,
         goto done;
     }
     ci->map_bytes = l.total;
-    ci->n_rows = m->shape[0];
-    ci->n_cols = m->shape[1];
-    ci->nnz = m->nnz;
-    ci->dtype = m->dtype;
+    ci->csc.n_rows = m->shape[0];
+    ci->csc.n_cols = m->shape[1];
+    ci->csc.nnz = m->nnz;
+    ci->csc.dtype = m->dtype;
     set_views(ci, &l);
     int64_t *colptr = (int64_t *)(void *)((char *)ci->map + l.colptr_off);
     memset(colptr, 0, ((size_t)m->shape[1] + 1) * 8);
@@ -358,14 +358,14 @@ int column_index_load(const char *path, const matrix *m, column_index **out,
     ci->map = map;
     ci->map_bytes = l.total;
     ci->file_backed = 1;
-    ci->n_rows = m->shape[0];
-    ci->n_cols = m->shape[1];
-    ci->nnz = m->nnz;
-    ci->dtype = m->dtype;
+    ci->csc.n_rows = m->shape[0];
+    ci->csc.n_cols = m->shape[1];
+    ci->csc.nnz = m->nnz;
+    ci->csc.dtype = m->dtype;
     set_views(ci, &l);
-    int ok = header_matches(map, m, &l) && ci->colptr[0] == 0 && ci->colptr[ci->n_cols] == ci->nnz;
-    for (int64_t c = 0; c < ci->n_cols && ok; c++)
-        ok = ci->colptr[c] <= ci->colptr[c + 1];
+    int ok = header_matches(map, m, &l) && ci->csc.colptr[0] == 0 && ci->csc.colptr[ci->csc.n_cols] == ci->csc.nnz;
+    for (int64_t c = 0; c < ci->csc.n_cols && ok; c++)
+        ok = ci->csc.colptr[c] <= ci->csc.colptr[c + 1];
     if (!ok) {
         column_index_free(ci);
         return cellar_fail(err, CELLAR_EFORMAT, "the column index file does not fit the matrix");

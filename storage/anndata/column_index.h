@@ -41,12 +41,7 @@
 #include "storage/registry.h"
 
 typedef struct column_index {
-    int64_t n_rows, n_cols, nnz;
-    dtype_kind dtype;
-    const int64_t *colptr;   /* n_cols + 1 */
-    const uint32_t *rows32;  /* nnz, when n_rows < 2^32; else NULL */
-    const int64_t *rows64;   /* nnz, otherwise */
-    const void *values;      /* nnz values of dtype */
+    matrix_csc csc;          /* views into the mapping */
     /* the mapping */
     void *map;
     size_t map_bytes;
@@ -70,10 +65,10 @@ int column_index_load(const char *path, const matrix *m, column_index **out,
 
 void column_index_free(column_index *ci);
 
-/* Row index of entry k. */
-static inline int64_t column_index_row(const column_index *ci, int64_t k)
+/* The CSC arrays of ci for storage/anndata/matrix.h's reads; NULL for NULL. */
+static inline const matrix_csc *column_index_csc(const column_index *ci)
 {
-    return ci->rows32 ? (int64_t)ci->rows32[k] : ci->rows64[k];
+    return ci ? &ci->csc : NULL;
 }
 
 /* The cache file name of an element of a store version, inside dir:

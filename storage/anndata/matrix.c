@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/numfmt.h"
 #include "common/satmath.h"
 #include "storage/anndata/anndata.h"
-#include "storage/anndata/column_index.h"
 
 /* Selected major positions whose indptr bounds are read at once. */
 #define BOUNDS_BLOCK 65536
@@ -311,7 +311,7 @@ static int64_t axis_map_next(const axis_map *m, int64_t *it)
 
 typedef struct sparse_src {
     const matrix *m;           /* node-backed, or */
-    const column_index *ci;    /* memory-backed (major = columns) */
+    const matrix_csc *ci;    /* memory-backed (major = columns) */
     int64_t n_major, n_minor, nnz;
     dtype_kind dtype;
 } sparse_src;
@@ -326,7 +326,7 @@ static void src_from_matrix(sparse_src *s, const matrix *m)
     s->dtype = m->dtype;
 }
 
-static void src_from_index(sparse_src *s, const column_index *ci)
+static void src_from_index(sparse_src *s, const matrix_csc *ci)
 {
     memset(s, 0, sizeof *s);
     s->ci = ci;
@@ -401,7 +401,7 @@ static int src_minor(const sparse_src *s, int64_t start, int64_t count, int64_t 
 {
     if (s->ci) {
         for (int64_t k = 0; k < count; k++) {
-            out[k] = column_index_row(s->ci, start + k);
+            out[k] = matrix_csc_row(s->ci, start + k);
             if (out[k] < 0 || out[k] >= s->n_minor)
                 return cellar_fail(err, CELLAR_EFORMAT, "a column index holds row %lld of %lld",
                                    (long long)out[k], (long long)s->n_minor);
@@ -547,7 +547,7 @@ done:
  * columns are selected and their expected entries are fewer than the
  * selected rows'. */
 static int use_index(const matrix *m, const dim_sel *rows, const dim_sel *cols,
-                     const column_index *ci)
+                     const matrix_csc *ci)
 {
     if (!ci || m->layout != MATRIX_CSR || sel_is_all(cols, m->shape[1]))
         return 0;
@@ -570,7 +570,7 @@ typedef struct plan {
 } plan;
 
 static void plan_make(plan *p, const matrix *m, const dim_sel *rows, const dim_sel *cols,
-                      const column_index *ci)
+                      const matrix_csc *ci)
 {
     if (use_index(m, rows, cols, ci)) {
         src_from_index(&p->src, ci);
@@ -587,7 +587,7 @@ static void plan_make(plan *p, const matrix *m, const dim_sel *rows, const dim_s
 /* ---- counting ---- */
 
 int matrix_count_nnz(const matrix *m, const dim_sel *rows, const dim_sel *cols,
-                     const column_index *ci, uint64_t *nnz, cellar_error *err)
+                     const matrix_csc *ci, uint64_t *nnz, cellar_error *err)
 {
     uint64_t cells = sat_mul_u64((uint64_t)rows->count, (uint64_t)cols->count);
     *nnz = cells;
@@ -655,30 +655,8 @@ static void add_bool(char *dst, const char *src)
     *dst = (char)(*dst || *src);
 }
 
-/* IEEE binary16 <-> binary32 (round to nearest even, like numpy). */
-static float half_widen(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
-    if (e == 0x1f) {
-        x = sign | 0x7f800000u | (m << 13);
-    } else if (e) {
-        x = sign | ((e + 112) << 23) | (m << 13);
-    } else if (!m) {
-        x = sign;
-    } else {
-        /* subnormal: normalize the mantissa */
-        e = 113;
-        while (!(m & 0x400u)) {
-            m <<= 1;
-            e--;
-        }
-        x = sign | (e << 23) | ((m & 0x3ffu) << 13);
-    }
-    float f;
-    memcpy(&f, &x, sizeof f);
-    return f;
-}
-
+/* binary32 -> binary16, round to nearest even like numpy (the widening is
+ * common/numfmt.h's half_to_float). */
 static uint16_t half_narrow(float f)
 {
     uint32_t x;
@@ -712,7 +690,7 @@ static void add_f16(char *dst, const char *src)
     uint16_t a, b;
     memcpy(&a, dst, sizeof a);
     memcpy(&b, src, sizeof b);
-    a = half_narrow(half_widen(a) + half_widen(b));
+    a = half_narrow(half_to_float(a) + half_to_float(b));
     memcpy(dst, &a, sizeof a);
 }
 
@@ -762,7 +740,7 @@ static int dense_emit(void *ctx, int64_t out_major, int64_t out_minor, const cha
         T *o = out;                                                                       \
         const T *v = ci->values;                                                          \
         for (int64_t k = lo; k < hi; k++) {                                               \
-            int64_t r = column_index_row(ci, k);                                          \
+            int64_t r = matrix_csc_row(ci, k);                                          \
             if (r < 0 || r >= n_rows)                                                     \
                 goto bad_row;                                                             \
             T *dst = o + (size_t)r * (size_t)n_cols + (size_t)c;                          \
@@ -770,7 +748,7 @@ static int dense_emit(void *ctx, int64_t out_major, int64_t out_minor, const cha
         }                                                                                 \
     } while (0)
 
-static int dense_columns_from_index(const column_index *ci, const dim_sel *cols, void *out,
+static int dense_columns_from_index(const matrix_csc *ci, const dim_sel *cols, void *out,
                                     int *rc, cellar_error *err)
 {
     int64_t n_rows = ci->n_rows, n_cols = cols->count;
@@ -802,7 +780,7 @@ bad_row:
 #undef DENSE_COLUMNS_LOOP
 
 int matrix_read_dense(const matrix *m, const dim_sel *rows, const dim_sel *cols,
-                      const column_index *ci, void *out, size_t out_bytes, cellar_error *err)
+                      const matrix_csc *ci, void *out, size_t out_bytes, cellar_error *err)
 {
     size_t es = dtype_size(m->dtype);
     uint64_t cells = sat_mul_u64((uint64_t)rows->count, (uint64_t)cols->count);
@@ -929,7 +907,7 @@ done:
 }
 
 int matrix_read_csr(const matrix *m, const dim_sel *rows, const dim_sel *cols,
-                    const column_index *ci, uint64_t max_nnz, arena *a, matrix_csr *out,
+                    const matrix_csc *ci, uint64_t max_nnz, arena *a, matrix_csr *out,
                     cellar_error *err)
 {
     memset(out, 0, sizeof *out);

@@ -30,7 +30,23 @@
 
 typedef enum matrix_layout { MATRIX_DENSE = 1, MATRIX_CSR, MATRIX_CSC } matrix_layout;
 
-struct column_index; /* storage/anndata/column_index.h */
+/* A CSC copy of a CSR matrix (column pointers, row indices, values), as
+ * the column index (storage/anndata/column_index.h) holds it: read here
+ * when given, so that one gene's column is one contiguous range. */
+typedef struct matrix_csc {
+    int64_t n_rows, n_cols, nnz;
+    dtype_kind dtype;
+    const int64_t *colptr;   /* n_cols + 1 */
+    const uint32_t *rows32;  /* nnz, when n_rows < 2^32; else NULL */
+    const int64_t *rows64;   /* nnz, otherwise */
+    const void *values;      /* nnz values of dtype */
+} matrix_csc;
+
+/* Row index of entry k. */
+static inline int64_t matrix_csc_row(const matrix_csc *c, int64_t k)
+{
+    return c->rows32 ? (int64_t)c->rows32[k] : c->rows64[k];
+}
 
 typedef struct matrix {
     node *element;        /* the array, or the sparse group */
@@ -66,7 +82,7 @@ int matrix_open(node *n, matrix *out, cellar_error *err);
  * max_nnz still stops such a read).  Dense matrices: rows x cols.
  * Errors: CELLAR_EFORMAT for a broken indptr. */
 int matrix_count_nnz(const matrix *m, const dim_sel *rows, const dim_sel *cols,
-                     const struct column_index *ci, uint64_t *nnz, cellar_error *err);
+                     const matrix_csc *ci, uint64_t *nnz, cellar_error *err);
 
 /* Reads the selection as a dense C-order array of rows->count x
  * cols->count values of m->dtype into out (out_bytes must equal that size;
@@ -78,7 +94,7 @@ int matrix_count_nnz(const matrix *m, const dim_sel *rows, const dim_sel *cols,
  * Errors: CELLAR_EFORMAT for broken sparse structure (indices out of range,
  * indptr not monotonic), backend read errors. */
 int matrix_read_dense(const matrix *m, const dim_sel *rows, const dim_sel *cols,
-                      const struct column_index *ci, void *out, size_t out_bytes,
+                      const matrix_csc *ci, void *out, size_t out_bytes,
                       cellar_error *err);
 
 /* A CSR answer: rows x cols of the selection, entries of each row in
@@ -100,7 +116,7 @@ typedef struct matrix_csr {
  * CELLAR_ETOOBIG.  Memory from a.  Errors as matrix_read_dense; a dense
  * source fails with CELLAR_EINVAL. */
 int matrix_read_csr(const matrix *m, const dim_sel *rows, const dim_sel *cols,
-                    const struct column_index *ci, uint64_t max_nnz, arena *a,
+                    const matrix_csc *ci, uint64_t max_nnz, arena *a,
                     matrix_csr *out, cellar_error *err);
 
 /* ---- CSR answers written straight into the caller's memory ----

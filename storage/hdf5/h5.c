@@ -27,7 +27,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/utf8.h"
+#include "storage/hdf5/h5_access.h"
 #include "storage/hdf5/h5_direct.h"
+#include "storage/hdf5/h5_stream.h"
 #include "storage/node_impl.h"
 
 /* Attributes bigger than this are skipped rather than read at open. */
@@ -65,6 +68,7 @@ typedef struct h5_node {
     /* root only: the file for direct reads (-1 when there is none), its
      * size, and what libhdf5 adds to chunk addresses it reports */
     int fd;
+    char *file_path;   /* root only: the path it was opened by (malloc'd) */
     uint64_t file_size;
     uint64_t chunk_base;
     /* datasets: the direct-read plan, made on first read under dlock */
@@ -83,6 +87,8 @@ static int h5_read_strings(node *n, const dim_sel *sel, arena *a, char **out,
 static void h5_destroy(node *n);
 
 static int h5_file_extent(node *n, int *fd, uint64_t *offset, uint64_t *length);
+static int h5_stream_string(node *n, size_t piece, node_string_sink sink, void *ctx,
+                            cellar_error *err);
 
 static const node_ops h5_ops = {
     .open_child = h5_open_child,
@@ -90,6 +96,7 @@ static const node_ops h5_ops = {
     .read = h5_read,
     .read_strings = h5_read_strings,
     .file_extent = h5_file_extent,
+    .stream_string = h5_stream_string,
     .destroy = h5_destroy,
 };
 
@@ -142,39 +149,6 @@ __attribute__((format(printf, 3, 4))) static int h5_fail(cellar_error *err, int 
 }
 
 /* ----------------------------------------------------------------- UTF-8 */
-
-/* Length of the valid UTF-8 sequence at s (n bytes left), 0 if invalid. */
-static size_t utf8_seq_len(const unsigned char *s, size_t n)
-{
-    unsigned char c = s[0];
-    if (c < 0x80)
-        return 1;
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0)
-            lo = 0xA0;
-        else if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        else if (c == 0xF4)
-            hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if (n < len || s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < len; i++)
-        if (s[i] < 0x80 || s[i] > 0xBF)
-            return 0;
-    return len;
-}
 
 /* A malloc'd copy of s[0..n) with every invalid UTF-8 byte replaced by
  * U+FFFD, or NULL when s is already valid (*out_n untouched) or on OOM
@@ -1730,11 +1704,23 @@ static void h5_destroy(node *n)
         H5Fclose(h->file);
     if (h->fd >= 0)
         close(h->fd);
+    free(h->file_path);
     h5d_plan_free(h->plan);
     if (h->dlock_init)
         pthread_mutex_destroy(&h->dlock);
     free(h);
     n->impl = NULL;
+}
+
+/* The string's bytes straight from the file (storage/hdf5/h5_stream.c),
+ * which reopens the file by its path. */
+static int h5_stream_string(node *n, size_t piece, node_string_sink sink, void *ctx,
+                            cellar_error *err)
+{
+    const h5_node *root = n->root->impl;
+    if (!root || !root->file_path)
+        return cellar_fail(err, CELLAR_EINVAL, "'%s' cannot be streamed", n->path);
+    return h5_stream_vlen_string(root->file_path, n->path, piece, sink, ctx, err);
 }
 
 void h5_library_init(void)
@@ -1790,22 +1776,6 @@ static const char *base_name(const char *path)
     return slash && slash[1] ? slash + 1 : path;
 }
 
-hid_t h5_file_access_props(void)
-{
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    if (fapl < 0)
-        return -1;
-    /* STRONG: closing the file id closes whatever is still open in it, so
-     * the file is really closed.  No file locks: a server must not stop
-     * writers from replacing the file it serves. */
-    if (H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0 ||
-        H5Pset_file_locking(fapl, 0, 1) < 0) {
-        H5Pclose(fapl);
-        return -1;
-    }
-    return fapl;
-}
-
 int h5_open(const char *path, node **root, cellar_error *err)
 {
     h5_quiet();
@@ -1859,7 +1829,15 @@ int h5_open(const char *path, node **root, cellar_error *err)
         return rc;
     }
     int rc = h5_node_wrap(NULL, "", g, file, root, err);
-    if (!rc)
-        direct_file_open((*root)->impl);
-    return rc;
+    if (rc)
+        return rc;
+    h5_node *rh = (*root)->impl;
+    rh->file_path = strdup(path);
+    if (!rh->file_path) {
+        node_tree_free(*root);
+        *root = NULL;
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", bn);
+    }
+    direct_file_open(rh);
+    return 0;
 }

@@ -12,8 +12,6 @@
 #ifndef CELLAR_H5_H
 #define CELLAR_H5_H
 
-#include <hdf5.h>
-
 #include "common/error.h"
 #include "storage/node.h"
 
@@ -41,12 +39,6 @@ void h5_library_init(void);
  * is not HDF5 or is truncated/corrupt, CELLAR_EIO when it cannot be read,
  * CELLAR_EUNAVAILABLE as above, CELLAR_ENOMEM. */
 int h5_open(const char *path, node **root, cellar_error *err);
-
-/* The file access properties every open of a store file uses (the caller
- * closes them), or -1.  A second open of the same file (storage/hdf5/h5_stream.c)
- * must use these too: libhdf5 refuses a shared open whose close degree
- * differs. */
-hid_t h5_file_access_props(void);
 
 /* Direct reads (storage/hdf5/h5_direct.h): numeric and bool datasets that are
  * contiguous, or chunked with only deflate, shuffle and fletcher32, are read

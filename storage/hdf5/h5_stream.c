@@ -11,7 +11,7 @@
  *     at the end. */
 #include "storage/hdf5/h5_stream.h"
 
-#include "storage/hdf5/h5.h"
+#include "storage/hdf5/h5_access.h"
 
 #include <errno.h>
 #include <fcntl.h>

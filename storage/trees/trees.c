@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "common/arena.h"
-#include "storage/hdf5/h5_stream.h"
 #include "storage/registry.h"
 #include "storage/trees/tree_json.h"
 
@@ -68,23 +67,19 @@ static int stream_sink(void *ctx, const char *data, size_t len, cellar_error *er
     return tree_json_reader_feed(sc->r, data, len, err);
 }
 
-/* The .h5td string parsed while it is read from the file, without holding
- * it in memory.  1 when this way does not apply or the JSON does not parse
+/* The JSON string parsed while the backend streams it from the file,
+ * without holding it in memory.  1 when this way does not apply or the JSON does not parse
  * (then the caller reads the text through the backend, which also replaces
  * invalid UTF-8 as every string read does, so answers and errors stay those
  * of that path); 0 or an error otherwise. */
-static int load_json_streamed(node *t, const char *file_path, tree_forest **out,
-                              cellar_error *err)
+static int load_json_streamed(node *t, tree_forest **out, cellar_error *err)
 {
-    if (!file_path)
-        return 1;
     stream_ctx sc = {.r = tree_json_reader_new()};
     if (!sc.r)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", node_path(t));
     cellar_error local;
     cellar_error_clear(&local);
-    int rc = h5_stream_vlen_string(file_path, node_path(t), TREES_STREAM_PIECE, stream_sink,
-                                   &sc, &local);
+    int rc = node_stream_string(t, TREES_STREAM_PIECE, stream_sink, &sc, &local);
     if (!rc)
         rc = tree_json_reader_finish(sc.r, out, &local);
     tree_json_reader_free(sc.r);
@@ -93,15 +88,15 @@ static int load_json_streamed(node *t, const char *file_path, tree_forest **out,
     return rc ? 1 : 0;
 }
 
-static int load_json(node *t, const char *axis, const char *file_path, tree_forest **out,
-                     int *streamed, cellar_error *err)
+static int load_json(node *t, const char *axis, int stream, tree_forest **out, int *streamed,
+                     cellar_error *err)
 {
     const node_info *info = node_get_info(t);
     if (info->type != NODE_ARRAY || info->dtype != DT_STRING ||
         !(info->ndim == 0 || (info->ndim == 1 && info->shape[0] == 1)))
         return cellar_fail(err, CELLAR_EFORMAT,
                            "%s is neither a group of trees nor a JSON string of trees", axis);
-    int rc = load_json_streamed(t, file_path, out, err);
+    int rc = stream ? load_json_streamed(t, out, err) : 1;
     *streamed = rc == 0;
     return rc == 1 ? load_json_text(t, axis, out, err) : rc;
 }
@@ -388,8 +383,8 @@ static int measure(trees_loaded *t, cellar_error *err)
     return 0;
 }
 
-int trees_load_file(node *group, const char *axis, const char *file_path, trees_loaded **out,
-                    cellar_error *err)
+int trees_load(node *group, const char *axis, int stream, trees_loaded **out,
+               cellar_error *err)
 {
     *out = NULL;
     if (strcmp(axis, "obst") != 0 && strcmp(axis, "vart") != 0)
@@ -408,7 +403,7 @@ int trees_load_file(node *group, const char *axis, const char *file_path, trees_
         rc = t->forest ? load_columnar(tn, axis, t->forest, err)
                        : cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", axis);
     } else {
-        rc = load_json(tn, axis, file_path, &t->forest, &t->streamed, err);
+        rc = load_json(tn, axis, stream, &t->forest, &t->streamed, err);
     }
     if (!rc)
         rc = measure(t, err);
@@ -418,11 +413,6 @@ int trees_load_file(node *group, const char *axis, const char *file_path, trees_
     }
     *out = t;
     return 0;
-}
-
-int trees_load(node *group, const char *axis, trees_loaded **out, cellar_error *err)
-{
-    return trees_load_file(group, axis, NULL, out, err);
 }
 
 /* ---- the per-version cache ---- */
@@ -437,7 +427,6 @@ typedef struct trees_cached {
 typedef struct build_ctx {
     node *group;
     const char *axis;
-    const char *file_path;
 } build_ctx;
 
 static void cached_free(void *value)
@@ -456,7 +445,7 @@ static int cached_build(void *ctx, void **value, size_t *bytes, cellar_error *er
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", bc->axis);
     cellar_error local;
     cellar_error_clear(&local);
-    int rc = trees_load_file(bc->group, bc->axis, bc->file_path, &c->loaded, &local);
+    int rc = trees_load(bc->group, bc->axis, 1, &c->loaded, &local);
     /* A big tree's build frees tens of MB of parser and builder memory in
      * small pieces that malloc would keep: give them back to the system. */
     malloc_trim(0);
@@ -483,7 +472,7 @@ int trees_get(struct store *s, node *group, const char *axis, const trees_loaded
     int kn = snprintf(key, sizeof key, "trees:%s:%s", node_path(group), axis);
     if (kn < 0 || (size_t)kn >= sizeof key)
         return cellar_fail(err, CELLAR_EINVAL, "group path too long for the tree cache");
-    build_ctx ctx = {group, axis, store_path(s)};
+    build_ctx ctx = {group, axis};
     void *v = NULL;
     int rc = store_derived(s, key, cached_build, &ctx, cached_free, &v, err);
     if (rc)

@@ -51,16 +51,14 @@ typedef struct trees_loaded {
 } trees_loaded;
 
 /* Reads the forest of `axis` ("obst" or "vart") of the AnnData-shaped group
- * `group` without caching; *out is malloc'd, free it with trees_free.
+ * `group` without caching; *out is malloc'd, free it with trees_free.  With
+ * `stream` set, a JSON string of trees is parsed while the backend streams
+ * it (node_stream_string) where it can, instead of being read whole.
  * Errors: CELLAR_EFORMAT naming the element, tree and node for trees that
  * cannot be read; CELLAR_EINVAL for another axis; CELLAR_ENOMEM;
  * CELLAR_EIO. */
-int trees_load(node *group, const char *axis, trees_loaded **out, cellar_error *err);
-
-/* trees_load for a group of the HDF5 file at `file_path` (may be NULL),
- * from which a JSON string is streamed instead of read whole. */
-int trees_load_file(node *group, const char *axis, const char *file_path, trees_loaded **out,
-                    cellar_error *err);
+int trees_load(node *group, const char *axis, int stream, trees_loaded **out,
+               cellar_error *err);
 
 /* Frees what trees_load returned. NULL is fine. */
 void trees_free(trees_loaded *t);

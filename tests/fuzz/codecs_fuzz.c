@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "tests/fuzz/fuzz.h"
+#include "common/utf8.h"
 #include "storage/codecs.h"
 
 static void fuzz_decode(codec_id id, uint8_t mode, const uint8_t *data, size_t size)
@@ -42,7 +43,7 @@ static void fuzz_vlen(uint8_t mode, const uint8_t *data, size_t size)
     for (unsigned i = 0; i < mode; i++) {
         MUST(items[i].off <= size && items[i].len <= size - items[i].off);
         if (mode & 1)
-            MUST(codec_utf8_valid(data + items[i].off, items[i].len));
+            MUST(utf8_valid((const char *)data + items[i].off, items[i].len));
     }
 }
 
@@ -55,7 +56,7 @@ static void fuzz_text(uint8_t mode, const uint8_t *data, size_t size)
     int64_t n = codec_utf32_to_utf8(data, nchars, mode & 1, dst, "fuzz", &err);
     if (n >= 0) {
         MUST((size_t)n == strlen(dst) && (size_t)n <= 4 * nchars);
-        MUST(codec_utf8_valid((const uint8_t *)dst, (size_t)n));
+        MUST(utf8_valid(dst, (size_t)n));
     }
     free(dst);
     char *text = malloc(size + 1);

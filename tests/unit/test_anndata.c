@@ -203,30 +203,30 @@ void test_name_index(void)
 void test_anndata_kind(void)
 {
     node *ad = build_adata();
-    CHECK_EQ(anndata_detect_kind(ad), KIND_ANNDATA);
-    CHECK_STR_EQ(store_kind_name(anndata_detect_kind(ad)), "anndata");
+    CHECK_EQ(store_kind_detect(ad), KIND_ANNDATA);
+    CHECK_STR_EQ(store_kind_name(store_kind_detect(ad)), "anndata");
     node_tree_free(ad);
     node *md = mem_enc(mem_root(), "MuData", "0.1.0");
     mem_group(md, "mod");
-    CHECK_EQ(anndata_detect_kind(md), KIND_MUDATA);
+    CHECK_EQ(store_kind_detect(md), KIND_MUDATA);
     node_tree_free(md);
     node *legacy_md = mem_root(); /* no root attributes, a mod group */
     mem_group(legacy_md, "mod");
-    CHECK_EQ(anndata_detect_kind(legacy_md), KIND_MUDATA);
+    CHECK_EQ(store_kind_detect(legacy_md), KIND_MUDATA);
     node_tree_free(legacy_md);
     node *td = mem_enc(mem_root(), "treedata", "0.1.0");
-    CHECK_EQ(anndata_detect_kind(td), KIND_TREEDATA);
+    CHECK_EQ(store_kind_detect(td), KIND_TREEDATA);
     node_tree_free(td);
     node *td01 = mem_enc(mem_root(), "anndata", "0.1.0"); /* treedata 0.1.x */
     mem_strings(td01, "obst", 0, NULL, (const char *const[]){"{}"});
-    CHECK_EQ(anndata_detect_kind(td01), KIND_TREEDATA);
+    CHECK_EQ(store_kind_detect(td01), KIND_TREEDATA);
     node_tree_free(td01);
     node *old = mem_root(); /* anndata 0.7.x: no root attributes */
     mem_group(old, "obs");
-    CHECK_EQ(anndata_detect_kind(old), KIND_ANNDATA);
+    CHECK_EQ(store_kind_detect(old), KIND_ANNDATA);
     node_tree_free(old);
     node *odd = mem_enc(mem_root(), "dict", "0.1.0");
-    CHECK_EQ(anndata_detect_kind(odd), KIND_UNKNOWN);
+    CHECK_EQ(store_kind_detect(odd), KIND_UNKNOWN);
     CHECK_STR_EQ(store_kind_name(KIND_UNKNOWN), "unknown");
     node_tree_free(odd);
 }

@@ -7,6 +7,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "common/utf8.h"
 #include "storage/codecs.h"
 #include "tests/unit/unit.h"
 
@@ -314,10 +315,10 @@ void test_codecs_text(void)
     le[2] = 0x11; /* U+11xxxx is out of range */
     CHECK_EQ(codec_utf32_to_utf8(le, 6, 0, out, "u", &err), CELLAR_EFORMAT);
 
-    CHECK(codec_utf8_valid((const uint8_t *)"h\xc3\xa9", 3));
-    CHECK(!codec_utf8_valid((const uint8_t *)"\xc0\xaf", 2));         /* overlong */
-    CHECK(!codec_utf8_valid((const uint8_t *)"\xed\xa0\x80", 3));     /* surrogate */
-    CHECK(!codec_utf8_valid((const uint8_t *)"\xe2\x82", 2));         /* truncated */
+    CHECK(utf8_valid("h\xc3\xa9", 3));
+    CHECK(!utf8_valid("\xc0\xaf", 2));         /* overlong */
+    CHECK(!utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
+    CHECK(!utf8_valid("\xe2\x82", 2));         /* truncated */
 
     uint8_t b[16];
     CHECK_EQ(codec_base64_decode("aGVsbG8=", b), 5);

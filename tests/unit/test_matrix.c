@@ -70,7 +70,7 @@ static int dense_matches(const matrix *m, const float *ref, const dim_sel *rows,
     float *out = malloc(n * sizeof *out + 4);
     cellar_error err;
     cellar_error_clear(&err);
-    int rc = matrix_read_dense(m, rows, cols, ci, out, n * sizeof *out, &err);
+    int rc = matrix_read_dense(m, rows, cols, column_index_csc(ci), out, n * sizeof *out, &err);
     int ok = rc == 0;
     if (rc)
         fprintf(stderr, "matrix_read_dense: %s\n", err.detail);
@@ -94,7 +94,7 @@ static int csr_matches(const matrix *m, const float *ref, const dim_sel *rows,
     matrix_csr csr;
     cellar_error err;
     cellar_error_clear(&err);
-    int ok = matrix_read_csr(m, rows, cols, ci, 0, a, &csr, &err) == 0;
+    int ok = matrix_read_csr(m, rows, cols, column_index_csc(ci), 0, a, &csr, &err) == 0;
     int64_t expect_nnz = 0;
     for (int64_t i = 0; i < rows->count && ok; i++) {
         int64_t k = csr.indptr[i];
@@ -158,8 +158,8 @@ void test_matrix_sparse_reads(void)
     CHECK_EQ(column_index_build(&mr, NULL, &ci, &err), 0);
     CHECK(ci != NULL);
     if (ci) {
-        CHECK_EQ(ci->nnz, mr.nnz);
-        CHECK(ci->rows32 != NULL);
+        CHECK_EQ(ci->csc.nnz, mr.nnz);
+        CHECK(ci->csc.rows32 != NULL);
         /* Without a cache directory: an unnamed file in the page cache,
          * mapped read-only once built. */
         CHECK_EQ(ci->file_backed, 1);
@@ -168,12 +168,12 @@ void test_matrix_sparse_reads(void)
         CHECK_EQ(column_index_bytes(&mc), 0);
         check_selections(&mr, ref_csr, ci);
         /* Column 2 is empty; column 3 holds the rows with values. */
-        CHECK_EQ(ci->colptr[3] - ci->colptr[2], 0);
-        int64_t k = ci->colptr[3];
+        CHECK_EQ(ci->csc.colptr[3] - ci->csc.colptr[2], 0);
+        int64_t k = ci->csc.colptr[3];
         for (int64_t r = 0; r < 40; r++)
             if (ref_csr[r * 12 + 3] != 0)
-                CHECK_EQ(column_index_row(ci, k++), r);
-        CHECK_EQ(k, ci->colptr[4]);
+                CHECK_EQ(matrix_csc_row(&ci->csc, k++), r);
+        CHECK_EQ(k, ci->csc.colptr[4]);
     }
     column_index *none = NULL;
     CHECK_EQ(column_index_build(&mc, NULL, &none, &err), CELLAR_EINVAL);
@@ -250,7 +250,7 @@ void test_matrix_sparse_blocks(void)
     CHECK(dense_matches(&m, ref, &all_r, &g4, ci));
     CHECK(csr_matches(&m, ref, &all_r, &g4, ci));
     uint64_t nnz = 0;
-    CHECK_EQ(matrix_count_nnz(&m, &all_r, &g4, ci, &nnz, &err), 0);
+    CHECK_EQ(matrix_count_nnz(&m, &all_r, &g4, column_index_csc(ci), &nnz, &err), 0);
     int64_t want = 0;
     for (int64_t r = 0; r < 400; r++)
         for (int k = 0; k < 4; k++)
@@ -442,9 +442,9 @@ void test_matrix_duplicates(void)
     CHECK_EQ(column_index_build(&m, NULL, &ci, &err), 0);
     dim_sel c1 = dim_sel_range(1, 1);
     float h[2];
-    CHECK_EQ(matrix_read_dense(&m, &r, &c1, ci, h, sizeof h, &err), 0);
+    CHECK_EQ(matrix_read_dense(&m, &r, &c1, column_index_csc(ci), h, sizeof h, &err), 0);
     CHECK(h[0] == 111.5f && h[1] == 0);
-    CHECK_EQ(matrix_read_csr(&m, &r, &c1, ci, 0, a, &csr, &err), 0);
+    CHECK_EQ(matrix_read_csr(&m, &r, &c1, column_index_csc(ci), 0, a, &csr, &err), 0);
     CHECK_EQ(csr.nnz, 3);
     CHECK(((const float *)csr.data)[0] == 1.5f && ((const float *)csr.data)[2] == 100);
     column_index_free(ci);

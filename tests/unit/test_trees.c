@@ -45,7 +45,7 @@ void test_trees_columnar(void)
     trees_loaded *t = NULL;
     cellar_error err;
     cellar_error_clear(&err);
-    CHECK_EQ(trees_load(root, "obst", &t, &err), 0);
+    CHECK_EQ(trees_load(root, "obst", 0, &t, &err), 0);
     if (!t) {
         fprintf(stderr, "%s\n", err.detail);
         node_tree_free(root);
@@ -69,10 +69,10 @@ void test_trees_columnar(void)
     }
     trees_free(t);
     /* vart is absent: an empty forest */
-    CHECK_EQ(trees_load(root, "vart", &t, &err), 0);
+    CHECK_EQ(trees_load(root, "vart", 0, &t, &err), 0);
     CHECK(t && tree_forest_count(t->forest) == 0);
     trees_free(t);
-    CHECK_EQ(trees_load(root, "obsm", &t, &err), CELLAR_EINVAL);
+    CHECK_EQ(trees_load(root, "obsm", 0, &t, &err), CELLAR_EINVAL);
     node_tree_free(root);
 }
 
@@ -88,7 +88,7 @@ void test_trees_json_scalar_and_errors(void)
     trees_loaded *t = NULL;
     cellar_error err;
     cellar_error_clear(&err);
-    CHECK_EQ(trees_load(root, "obst", &t, &err), 0);
+    CHECK_EQ(trees_load(root, "obst", 0, &t, &err), 0);
     if (t) {
         const tree_index *ti = tree_forest_get(t->forest, "t");
         CHECK(ti && tree_index_node_count(ti) == 2);
@@ -96,7 +96,7 @@ void test_trees_json_scalar_and_errors(void)
     }
     trees_free(t);
     cellar_error_clear(&err);
-    CHECK_EQ(trees_load(root, "vart", &t, &err), CELLAR_EFORMAT);
+    CHECK_EQ(trees_load(root, "vart", 0, &t, &err), CELLAR_EFORMAT);
     CHECK(t == NULL);
     CHECK(strncmp(err.detail, "vart: ", 6) == 0);
     CHECK(strstr(err.detail, "'p'") || strstr(err.detail, "'q'"));
@@ -111,13 +111,13 @@ void test_trees_json_scalar_and_errors(void)
     const int64_t eshape[2] = {1, 2};
     mem_strings(tg, "edges", 2, eshape, pairs);
     cellar_error_clear(&err);
-    CHECK_EQ(trees_load(root, "obst", &t, &err), CELLAR_EFORMAT);
+    CHECK_EQ(trees_load(root, "obst", 0, &t, &err), CELLAR_EFORMAT);
     CHECK(strstr(err.detail, "ghost") != NULL);
     node *na = mem_group(tg, "node_attrs");
     const double three[3] = {1, 2, 3};
     mem_array1(na, "wrong_length", DT_FLOAT64, 3, three);
     cellar_error_clear(&err);
-    CHECK_EQ(trees_load(root, "obst", &t, &err), CELLAR_EFORMAT);
+    CHECK_EQ(trees_load(root, "obst", 0, &t, &err), CELLAR_EFORMAT);
     CHECK(strstr(err.detail, "wrong_length") != NULL);
     node_tree_free(root);
 }

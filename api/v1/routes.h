@@ -1,13 +1,16 @@
-/* The API handlers the router (server/router.c) calls, one per resource
- * family, all with the api_handler signature of api/request.h.
+/* The native routes (/v1/...): the handlers the router (server/router.c)
+ * calls, one per resource family, all with the api_handler signature of
+ * api/request.h, and the helpers they share (api/v1/shared.c).  They read
+ * stores through storage/ (the registry, the element layer, trees) and
+ * answer through api/encode/.
  *
  * Every handler validates its parameters (unknown ones are 400), negotiates
  * the format, resolves req->store with api_open_store, bounds the answer
  * before reading element data, and fills res (status 200, content type and
  * body; the server owns res->body afterwards).  Errors are returned as a
  * negative cellar_code with err filled; the server renders them. */
-#ifndef CELLAR_API_HANDLERS_H
-#define CELLAR_API_HANDLERS_H
+#ifndef CELLAR_API_V1_ROUTES_H
+#define CELLAR_API_V1_ROUTES_H
 
 #include "api/request.h"
 #include "storage/dtype.h"
@@ -38,14 +41,6 @@ int api_frame_schema(api_request *req, api_response *res, cellar_error *err);
  * absent; reverse (mod_rows=): the 0-based global rows. */
 int api_map(api_request *req, api_response *res, cellar_error *err);
 
-/* GET/HEAD /v1/stores/{store}/zarr/{key} (api/zarr/raw.c): req->key is the
- * zarr key (decoded segments joined by '/').  Streams the key's file of a
- * .zarr store from disk (res->fd), with Range, ETag/Last-Modified of the
- * key and conditional requests answered here; a v2 store without
- * .zmetadata gets one built.  404 for a missing key, a key that is not a
- * plain relative path inside the store, and on HDF5 stores. */
-int api_zarr_raw(api_request *req, api_response *res, cellar_error *err);
-
 /* GET/POST {ad}/X, {ad}/layers/{name}, {ad}/obsm/{key}, {ad}/varm/{key},
  * {ad}/obsp/{key}, {ad}/varp/{key}, and under {ad}/raw/ (api/v1/matrix.c):
  * req->element names the element, req->key the key.  Parameters rows |
@@ -60,19 +55,13 @@ int api_matrix(api_request *req, api_response *res, cellar_error *err);
  * the path.  format=json. */
 int api_uns(api_request *req, api_response *res, cellar_error *err);
 
-/* ---- helpers shared by the api/ handlers (not for the router) ---- */
+/* ---- helpers shared by the v1 handlers (api/v1/shared.c; not for the router) ---- */
 
 /* Resolves the AnnData group {ad} of the request: the store root, or
  * mod/{req->mod} (404 when the store is not MuData or has no such
  * modality), then raw/ when req->raw (404 when there is none).  Opens the
  * store first.  *out is borrowed from the store version. */
 int api_ad_group(api_request *req, node **out, cellar_error *err);
-
-/* Sets res to a 200 JSON answer: serializes doc (jansson) into res->body. */
-int api_reply_json_doc(api_response *res, const json_t *doc, cellar_error *err);
-
-/* The limit of an answer's bytes from the configuration; 0 = none. */
-uint64_t api_limit(const api_request *req);
 
 /* Adds the X-Shape and X-Dtype headers for a bin/npy answer and, for npy,
  * writes the .npy header into res->body; sets the content type. */

@@ -1,0 +1,227 @@
+#include "common/numfmt.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/dtoa.h"
+
+size_t fmt_u64(uint64_t v, char *out)
+{
+    char t[24];
+    size_t n = 0;
+    do {
+        t[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = t[n - 1 - i];
+    out[n] = '\0';
+    return n;
+}
+
+size_t fmt_i64(int64_t v, char *out)
+{
+    if (v >= 0)
+        return fmt_u64((uint64_t)v, out);
+    out[0] = '-';
+    return 1 + fmt_u64((uint64_t)0 - (uint64_t)v, out + 1);
+}
+
+/* Appends ".0" to an integral-looking number, as Python's repr does, so a
+ * float column stays recognisably float in JSON and CSV. */
+static size_t add_point(char *out, size_t n)
+{
+    if (strpbrk(out, ".eEnN"))
+        return n;
+    out[n++] = '.';
+    out[n++] = '0';
+    out[n] = '\0';
+    return n;
+}
+
+_Static_assert(NUMBER_TEXT_MAX >= DTOA_TEXT_MAX, "fmt_f64 writes dtoa_shortest's text");
+
+/* Ryu's digits in the layout the printf loop gave (see common/dtoa.h). */
+size_t fmt_f64(double v, char *out)
+{
+    return dtoa_shortest(v, out);
+}
+
+/* The first precision from 6 (1 for subnormals) to 9 whose %g text reads
+ * back through strtof (a float that reads back from p significant digits
+ * reads back from any more, so the first is the shortest): the reference
+ * fmt_f32 falls back to. */
+static size_t fmt_f32_slow(float v, char *out)
+{
+    int n = 0;
+    for (int p = fabsf(v) < FLT_MIN ? 1 : 6; p <= 9; p++) {
+        n = snprintf(out, NUMBER_TEXT_MAX - 2, "%.*g", p, (double)v);
+        if (p == 9 || strtof(out, NULL) == v)
+            break;
+    }
+    return add_point(out, (size_t)n);
+}
+
+static const double pow10_exact[23] = {
+    1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* a * 10^n in one correctly rounded double operation (|n| <= 22: the power
+ * is exact). */
+static double scale10(double a, int n)
+{
+    return n >= 0 ? a * pow10_exact[n] : a / pow10_exact[-n];
+}
+
+/* The nearest p-digit decimal to a (a positive normal float32, exact in a
+ * double), as *d in [10^(p-1), 10^p) times 10^(*k - p + 1) (so *k is the
+ * decimal exponent %g reports).  a * 10^n in double has a relative error
+ * under 2^-52, so the rounding is decided exactly unless the scaled value
+ * lies within 1e-6 of a half (an exact tie or too close to call): then
+ * returns -1 and the caller asks snprintf. */
+static int f32_round(double a, int p, int *k, uint64_t *d, int *side)
+{
+    for (int tries = 0; tries < 4; tries++) {
+        int n = p - 1 - *k;
+        if (n > 22 || n < -22)
+            return -1;
+        double scaled = scale10(a, n);
+        double whole = (double)(uint64_t)scaled, frac = scaled - whole; /* 0 < scaled < 2^40 */
+        if (fabs(frac - 0.5) < 1e-6)
+            return -1;
+        if (scaled < pow10_exact[p - 1]) {
+            (*k)--;
+            continue;
+        }
+        uint64_t r = (uint64_t)whole + (frac > 0.5);
+        if (r >= (uint64_t)pow10_exact[p]) {
+            (*k)++; /* a carry (9.999995 -> 10.0000) or k one too small */
+            continue;
+        }
+        *d = r;
+        /* where the exact value lies from r: above (1), below (-1), on it
+         * (2: a * 10^n is exact for 0 <= n <= 12, 24 bits times 5^n fitting
+         * in 53), or too close to tell (0) */
+        double diff = frac > 0.5 ? frac - 1.0 : frac;
+        *side = diff > 1e-6 ? 1 : diff < -1e-6 ? -1 : 0;
+        if (frac == 0.0 && n >= 0 && n <= 12)
+            *side = 2;
+        return 0;
+    }
+    return -1;
+}
+
+/* Whether the decimal d * 10^(k - p + 1) reads back (as strtof would: one
+ * correct rounding to float) as a; -1 when the double in between sits
+ * exactly halfway between two floats, where rounding twice could differ. */
+static int f32_reads_back(double a, uint64_t d, int p, int k)
+{
+    int n = p - 1 - k;
+    if (n > 22 || n < -22)
+        return -1;
+    double x = scale10((double)d, -n); /* d < 2^53: exact; one rounding */
+    float f = (float)x;
+    if ((double)f != x) {
+        float g = nextafterf(f, x > (double)f ? INFINITY : 0.0f);
+        if ((double)f + (double)g == 2.0 * x)
+            return -1;
+    }
+    return (double)f == a;
+}
+
+/* d9 rounded to fewer digits (div = 10^(9 - p)) into *d; -1 when only
+ * snprintf can tell (see fmt_f32). */
+static inline int round_from9(uint64_t d9, int side, uint64_t div, uint64_t *d)
+{
+    uint64_t half = div / 2, q = d9 / div, rem = d9 % div;
+    if (rem == half && !side)
+        return -1;
+    if (rem == half && side == 2)
+        q += q & 1; /* an exact tie: to even, as printf rounds */
+    else
+        q += rem > half || (rem == half && side > 0);
+    *d = q;
+    return 0;
+}
+
+/* The same text as fmt_f32_slow (the first precision from 6 up whose
+ * nearest decimal reads back), computed from the 9-digit rounding with a
+ * few double operations instead of snprintf and strtof; the rare cases the double
+ * arithmetic cannot decide (ties, near-ties, subnormals, far exponents) go
+ * to fmt_f32_slow. */
+size_t fmt_f32(float v, char *out)
+{
+    if (!isfinite(v)) {
+        out[0] = '\0';
+        return 0;
+    }
+    if (v == 0.0f) {
+        strcpy(out, signbit(v) ? "-0.0" : "0.0");
+        return strlen(out);
+    }
+    double a = fabs((double)v);
+    if (a < FLT_MIN)
+        return fmt_f32_slow(v, out);
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    int e2 = (int)((bits >> 23) & 0xff) - 127; /* a in [2^e2, 2^(e2+1)) */
+    int k9 = (int)floor(e2 * 0.30102999566398120); /* log10(2): within one */
+    uint64_t d9;
+    int side;
+    if (f32_round(a, 9, &k9, &d9, &side))
+        return fmt_f32_slow(v, out);
+    /* Shorter roundings from the 9-digit one: the exact value x lies within
+     * 0.5 of d9 and the rounding boundary is an integer, so the dropped
+     * digits decide, unless they are exactly half: then the side of d9 x
+     * lies on decides (x == d9: a tie, to even), and snprintf when that is
+     * too close to tell. */
+    for (int p = 6; p <= 8; p++) {
+        uint64_t d;
+        /* constant divisors: multiplications, not divisions */
+        int r = p == 6 ? round_from9(d9, side, 1000, &d)
+                : p == 7 ? round_from9(d9, side, 100, &d)
+                         : round_from9(d9, side, 10, &d);
+        if (r)
+            return fmt_f32_slow(v, out);
+        int k = k9;
+        if (d == (uint64_t)pow10_exact[p]) { /* carried to the next power of ten */
+            d /= 10;
+            k++;
+        }
+        int ok = f32_reads_back(a, d, p, k);
+        if (ok < 0)
+            return fmt_f32_slow(v, out);
+        if (ok)
+            return dtoa_layout(signbit(v) != 0, d, k, p, out);
+    }
+    return dtoa_layout(signbit(v) != 0, d9, k9, 9, out);
+}
+
+float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t mant = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (mant << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (mant << 13);
+    } else if (mant == 0) {
+        bits = sign;
+    } else {
+        /* Subnormal half: normalise into a float. */
+        int e = -1;
+        do {
+            e++;
+            mant <<= 1;
+        } while (!(mant & 0x400));
+        bits = sign | ((uint32_t)(112 - e) << 23) | ((mant & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}

@@ -1,0 +1,92 @@
+#include "common/utf8.h"
+
+#include "common/buf.h"
+
+size_t utf8_seq_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t len;
+    unsigned lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        if (c == 0xe0)
+            lo = 0xa0;
+        else if (c == 0xed)
+            hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        if (c == 0xf0)
+            lo = 0x90;
+        else if (c == 0xf4)
+            hi = 0x8f;
+    } else {
+        return 0;
+    }
+    if (n < len || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t k = 2; k < len; k++)
+        if (s[k] < 0x80 || s[k] > 0xbf)
+            return 0;
+    return len;
+}
+
+int utf8_valid(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        size_t l = utf8_seq_len(p + i, n - i);
+        if (!l)
+            return 0;
+        i += l;
+    }
+    return 1;
+}
+
+/* How many bytes an invalid sequence at s spans: its lead byte and the
+ * continuation bytes that still fitted, so that each maximal invalid
+ * subpart becomes one U+FFFD (Unicode's recommended practice, as Python's
+ * "replace" does). */
+static size_t utf8_bad_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t len;
+    unsigned lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf)
+        len = 2;
+    else if (c >= 0xe0 && c <= 0xef)
+        len = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+    else if (c >= 0xf0 && c <= 0xf4)
+        len = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+    else
+        return 1;
+    size_t k = 1;
+    if (k < n && k < len && s[k] >= lo && s[k] <= hi) {
+        k++;
+        while (k < n && k < len && s[k] >= 0x80 && s[k] <= 0xbf)
+            k++;
+    }
+    return k;
+}
+
+int utf8_sanitize(const char *s, size_t n, buf *out)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, run = 0;
+    while (i < n) {
+        size_t l = utf8_seq_len(p + i, n - i);
+        if (l) {
+            i += l;
+            continue;
+        }
+        if (buf_append(out, s + run, i - run) || buf_append(out, "\xef\xbf\xbd", 3))
+            return -1;
+        i += utf8_bad_len(p + i, n - i);
+        run = i;
+    }
+    return buf_append(out, s + run, n - run);
+}
