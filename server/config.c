@@ -45,6 +45,16 @@ static const option_def options[] = {
         "memory for decoded zarr chunks that slices read again, 0 = off (default 67108864)"),
     OPT("--answer-cache-bytes", "CELLAR_ANSWER_CACHE_BYTES", OPT_SIZE, answer_cache_bytes,
         "memory for finished answers repeated requests reuse, 0 = off (default 33554432)"),
+    OPT("--probe", "CELLAR_PROBE", OPT_BOOL, probe,
+        "walk every HDF5 file version in a disposable process before opening it: 1 or 0 (default 1)"),
+    OPT("--probe-timeout-seconds", "CELLAR_PROBE_TIMEOUT_SECONDS", OPT_DOUBLE, probe_timeout_seconds,
+        "a probe running longer is killed and its file refused (default 60)"),
+    OPT("--probe-memory-bytes", "CELLAR_PROBE_MEMORY_BYTES", OPT_U64, probe_memory_bytes,
+        "a probe using more memory is killed and its file refused (default 2147483648)"),
+    OPT("--probe-wait-seconds", "CELLAR_PROBE_WAIT_SECONDS", OPT_DOUBLE, probe_wait_seconds,
+        "a first request waits this long for its probe, then 503 with Retry-After (default 10)"),
+    OPT("--probe-concurrency", "CELLAR_PROBE_CONCURRENCY", OPT_UINT, probe_concurrency,
+        "probes running at once (default 2)"),
     OPT("--access-log", "CELLAR_ACCESS_LOG", OPT_BOOL, access_log,
         "one line per request on stderr, written every 0.1 s: 1 or 0 (default 1)"),
 };
@@ -124,6 +134,11 @@ static void config_defaults(server_config *cfg)
     cfg->answer_cache_bytes = 32u << 20;
     cfg->zarr_chunk_cache_bytes = 64u << 20;
     cfg->access_log = 1;
+    cfg->probe = 1;
+    cfg->probe_timeout_seconds = 60;
+    cfg->probe_memory_bytes = 2ull << 30;
+    cfg->probe_concurrency = 2;
+    cfg->probe_wait_seconds = 10;
 }
 
 int config_parse(server_config *cfg, int argc, char **argv)
@@ -172,6 +187,8 @@ int config_parse(server_config *cfg, int argc, char **argv)
     }
     if (cfg->threads == 0)
         cfg->threads = 1;
+    if (cfg->probe_concurrency == 0)
+        cfg->probe_concurrency = 1;
     if (cfg->port > 65535) {
         fprintf(stderr, "cellar: --port must be at most 65535\n");
         return -1;

@@ -22,6 +22,11 @@ typedef struct server_config {
     size_t zarr_chunk_cache_bytes;
     uint64_t column_index_max_bytes;
     int access_log;
+    int probe;                      /* walk HDF5 files in a probe process first */
+    double probe_timeout_seconds;
+    uint64_t probe_memory_bytes;
+    unsigned probe_concurrency;
+    double probe_wait_seconds;
 } server_config;
 
 /* Fills cfg from defaults, then the environment (CELLAR_ROOT, CELLAR_PORT,

@@ -122,6 +122,8 @@ static void on_stop_signal(uv_signal_t *h, int signum)
     control_state *st = h->data;
     fprintf(stderr, "cellar: %s: draining requests in flight\n",
             signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    if (st->cfg->on_stop)
+        st->cfg->on_stop(st->cfg->on_stop_ctx);
     http_set_background(st->cfg->http, NULL, NULL);
     http_drain_and_stop(st->cfg->http, st->cfg->drain_seconds);
     fprintf(stderr, "cellar: stopped\n");

@@ -12,6 +12,10 @@ typedef struct control_config {
     http_server *http;
     double idle_seconds;
     double drain_seconds;
+    /* Called on the loop thread when a stop signal arrives, before the
+     * drain (the probes stop then); NULL for none. */
+    void (*on_stop)(void *ctx);
+    void *on_stop_ctx;
 } control_config;
 
 /* Blocks SIGTERM, SIGINT, SIGHUP and SIGPIPE in the calling thread, so

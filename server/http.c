@@ -421,9 +421,13 @@ static enum MHD_Result send_problem(request_ctx *ctx, struct MHD_Connection *con
                 err->detail[0] ? err->detail : cellar_strerror(err->code));
     api_response extra = {0};
     if (allow) {
-        extra.headers[0].name = "Allow";
-        extra.headers[0].value = allow;
-        extra.n_headers = 1;
+        extra.headers[extra.n_headers].name = "Allow";
+        extra.headers[extra.n_headers++].value = allow;
+    }
+    if (status == 503) {
+        /* Every 503 here passes (a store being checked or rewritten). */
+        extra.headers[extra.n_headers].name = "Retry-After";
+        extra.headers[extra.n_headers++].value = "1";
     }
     return send_body(ctx, conn, status, PROBLEM_CONTENT_TYPE, &body, &extra);
 }
@@ -516,6 +520,11 @@ static int answer_service(request_ctx *ctx, buf *body, const char **type, cellar
         metrics_render(srv->metrics, registry_open_count(srv->reg),
                        registry_cache_bytes(srv->reg), atomic_load(&srv->in_flight), body);
         render_answer_cache_metrics(srv->answers, body);
+        if (registry_probes(srv->reg)) {
+            probe_stats ps;
+            probe_cache_get_stats(registry_probes(srv->reg), &ps);
+            metrics_render_probes(&ps, body);
+        }
         return 0;
     case ROUTE_OPENAPI:
         *type = "application/json";
@@ -799,9 +808,7 @@ void http_set_background(http_server *h, http_background_fn fn, void *ctx)
     pthread_mutex_unlock(&h->bg_lock);
 }
 
-/* api_config.submit_background: hands the job to the control loop, or
- * refuses it while there is none. */
-static int submit_background(void *ctx, void (*fn)(void *), void *arg)
+int http_submit_background(void *ctx, void (*fn)(void *), void *arg)
 {
     http_server *h = ctx;
     pthread_mutex_lock(&h->bg_lock);
@@ -933,7 +940,7 @@ http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
     h->api_cfg.cors_origin = cfg->cors_origin;
     h->api_cfg.cache_dir = cfg->cache_dir;
     h->api_cfg.column_index_max_bytes = cfg->column_index_max_bytes;
-    h->api_cfg.submit_background = submit_background;
+    h->api_cfg.submit_background = http_submit_background;
     h->api_cfg.background_ctx = h;
     pthread_mutex_init(&h->bg_lock, NULL);
     h->answers = answer_cache_new(cfg->answer_cache_bytes);

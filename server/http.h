@@ -33,6 +33,11 @@ typedef int (*http_background_fn)(void *ctx, void (*fn)(void *), void *arg);
  * refused and handlers do without. */
 void http_set_background(http_server *h, http_background_fn fn, void *ctx);
 
+/* Hands fn(arg) to the background worker set above (ctx: the
+ * http_server); nonzero when there is none (not running yet, or shutting
+ * down).  The api_config.submit_background of handlers. */
+int http_submit_background(void *ctx, void (*fn)(void *), void *arg);
+
 /* Writes out the buffered access log (the control loop calls it every 0.1 s). */
 void http_flush_log(http_server *h);
 

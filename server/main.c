@@ -2,11 +2,13 @@
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "server/config.h"
 #include "server/control.h"
 #include "server/http.h"
 #include "server/metrics.h"
+#include "server/probe.h"
 #include "storage/hdf5/h5.h"
 #include "storage/registry.h"
 #include "storage/zarr/zarr.h"
@@ -21,6 +23,9 @@
 #define KEEP_FREE_BYTES (64 * 1024 * 1024)
 #define MMAP_THRESHOLD_BYTES (32 * 1024 * 1024)
 
+/* File versions whose probe verdict is remembered. */
+#define PROBE_VERDICTS_KEPT 4096
+
 static void tune_malloc(void)
 {
     mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
@@ -29,6 +34,8 @@ static void tune_malloc(void)
 
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--probe") == 0)
+        probe_child_main(argv[2]); /* does not return */
     server_config cfg;
     int parsed = config_parse(&cfg, argc, argv);
     if (parsed != 0)
@@ -43,13 +50,31 @@ int main(int argc, char **argv)
     registry *reg = NULL;
     metrics *m = NULL;
     http_server *http = NULL;
+    probe_runner *prober = NULL;
+    probe_cache *probes = NULL;
     cellar_error err;
     cellar_error_clear(&err);
 
+    if (cfg.probe) {
+        probe_runner_config pcfg = {
+            .timeout_seconds = cfg.probe_timeout_seconds,
+            .memory_bytes = cfg.probe_memory_bytes,
+            .concurrency = cfg.probe_concurrency,
+        };
+        prober = probe_runner_new(&pcfg);
+        probes = prober ? probe_cache_new(probe_runner_run, prober, PROBE_VERDICTS_KEPT,
+                                          cfg.probe_wait_seconds)
+                        : NULL;
+        if (!probes) {
+            fprintf(stderr, "cellar: out of memory\n");
+            goto done;
+        }
+    }
     registry_config rcfg = {
         .root = cfg.root,
         .max_open_stores = cfg.max_open_stores,
         .idle_seconds = cfg.idle_seconds,
+        .probes = probes,
     };
     reg = registry_new(&rcfg, &err);
     if (!reg) {
@@ -66,6 +91,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "cellar: %s\n", err.detail);
         goto done;
     }
+    if (probes)
+        probe_cache_set_submit(probes, http_submit_background, http);
     fprintf(stderr, "cellar %s: serving %s on http://%s:%u with %u threads\n", CELLAR_VERSION,
             cfg.root, cfg.bind, cfg.port, cfg.threads);
     control_config ccfg = {
@@ -73,6 +100,8 @@ int main(int argc, char **argv)
         .http = http,
         .idle_seconds = cfg.idle_seconds,
         .drain_seconds = cfg.drain_seconds,
+        .on_stop = prober ? probe_runner_stop : NULL,
+        .on_stop_ctx = prober,
     };
     status = control_run(&ccfg) == 0 ? 0 : 1;
     http = NULL; /* stopped and freed by the control loop */
@@ -80,6 +109,8 @@ done:
     if (http)
         http_drain_and_stop(http, 0);
     registry_free(reg);
+    probe_cache_free(probes);
+    probe_runner_free(prober);
     metrics_free(m);
     return status;
 }

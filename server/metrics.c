@@ -101,3 +101,23 @@ void metrics_render(metrics *m, size_t open_stores, size_t cache_bytes, unsigned
                "cellar_requests_in_flight %u\n",
                atomic_load(&m->bytes_sent), open_stores, cache_bytes, in_flight);
 }
+
+void metrics_render_probes(const probe_stats *st, buf *out)
+{
+    buf_puts(out, "# HELP cellar_probes_total HDF5 file versions walked by a probe process, by outcome.\n"
+                  "# TYPE cellar_probes_total counter\n");
+    for (int o = 0; o < PROBE_OUTCOMES; o++)
+        buf_printf(out, "cellar_probes_total{outcome=\"%s\"} %llu\n",
+                   probe_outcome_name((probe_outcome)o), (unsigned long long)st->outcomes[o]);
+    buf_printf(out,
+               "# HELP cellar_probe_seconds_total Time spent in probes.\n"
+               "# TYPE cellar_probe_seconds_total counter\n"
+               "cellar_probe_seconds_total %.6f\n"
+               "# HELP cellar_probe_seconds_max The longest probe.\n"
+               "# TYPE cellar_probe_seconds_max gauge\n"
+               "cellar_probe_seconds_max %.6f\n"
+               "# HELP cellar_refused_store_versions File versions refused by their probe, remembered.\n"
+               "# TYPE cellar_refused_store_versions gauge\n"
+               "cellar_refused_store_versions %zu\n",
+               st->seconds_sum, st->seconds_max, st->remembered_unsafe);
+}

@@ -8,6 +8,7 @@
 
 #include "common/buf.h"
 #include "server/router.h"
+#include "storage/probe_cache.h"
 
 typedef struct metrics metrics;
 
@@ -21,5 +22,8 @@ void metrics_observe(metrics *m, route_id route, int status, uint64_t micros, ui
  * registry. */
 void metrics_render(metrics *m, size_t open_stores, size_t cache_bytes, unsigned in_flight,
                     buf *out);
+
+/* Appends the probes' counters (storage/probe_cache.h). */
+void metrics_render_probes(const probe_stats *st, buf *out);
 
 #endif

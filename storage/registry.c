@@ -620,7 +620,14 @@ int registry_get(registry *r, const char *name, store **out, cellar_error *err)
     *out = take_current_locked(r, name, &id, victims, &n_victims);
     pthread_mutex_unlock(&r->lock);
     free_victims(victims, n_victims);
-    if (!*out) {
+    if (!*out && backend_of(name) == BACKEND_HDF5 && r->cfg.probes) {
+        /* Before libhdf5 sees the version, and outside open_lock: a slow
+         * probe must not hold up opening other stores. */
+        probe_file_id pid = {(uint64_t)id.dev, (uint64_t)id.ino, (uint64_t)id.size,
+                             (int64_t)id.mtime.tv_sec, id.mtime.tv_nsec};
+        rc = probe_cache_check(r->cfg.probes, name, path, &pid, err);
+    }
+    if (!*out && !rc) {
         pthread_mutex_lock(&r->open_lock);
         rc = open_and_install(r, name, path, &id, out, err);
         pthread_mutex_unlock(&r->open_lock);
@@ -726,6 +733,11 @@ size_t registry_cache_bytes(registry *r)
     }
     pthread_mutex_unlock(&r->lock);
     return total;
+}
+
+probe_cache *registry_probes(registry *r)
+{
+    return r->cfg.probes;
 }
 
 int registry_root_ok(registry *r)

@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "storage/kind.h"
 #include "storage/node.h"
+#include "storage/probe_cache.h"
 
 typedef struct registry registry;
 typedef struct store store;
@@ -31,6 +32,11 @@ typedef struct registry_config {
     const char *root;          /* data root directory */
     size_t max_open_stores;    /* LRU bound on open versions kept without references */
     double idle_seconds;       /* close a store unused this long */
+    /* Verdicts of the probe process that walks every HDF5 file version
+     * before it is opened here (storage/probe_cache.h); borrowed, must
+     * outlive the registry.  NULL: files are opened without a probe
+     * (unit tests). */
+    probe_cache *probes;
 } registry_config;
 
 /* Creates a registry over cfg->root (copied). NULL + err on failure
@@ -45,7 +51,8 @@ void registry_free(registry *r);
  * root), opening or reopening it when needed.  Errors: CELLAR_ENOTFOUND for
  * names that do not resolve to a store file inside the root (traversal
  * attempts included), CELLAR_EFORMAT for a file that is not readable as its
- * format. */
+ * format or that its probe found unsafe, CELLAR_EUNAVAILABLE when the file
+ * keeps changing or could not be probed now. */
 int registry_get(registry *r, const char *name, store **out, cellar_error *err);
 
 /* Drops a reference taken by registry_get or store_ref. NULL is fine. */
@@ -84,6 +91,9 @@ void registry_evict_idle(registry *r);
 
 /* Number of store versions open (for /metrics). */
 size_t registry_open_count(registry *r);
+
+/* The probe verdicts of cfg->probes (for /metrics), NULL when none. */
+probe_cache *registry_probes(registry *r);
 
 /* Whether the data root is readable (for /readyz). */
 int registry_root_ok(registry *r);

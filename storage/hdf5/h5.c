@@ -1841,3 +1841,73 @@ int h5_open(const char *path, node **root, cellar_error *err)
     direct_file_open(rh);
     return 0;
 }
+
+/* ------------------------------------------------- for the probe's walk */
+
+int h5_object_address(node *n, uint64_t *addr)
+{
+    h5_quiet();
+    if (n->ops != &h5_ops || !n->impl)
+        return -1;
+    const h5_node *h = n->impl;
+#if H5_VERSION_GE(1, 12, 0)
+    H5O_info2_t info;
+    if (H5Oget_info3(h->obj, &info, H5O_INFO_BASIC) < 0)
+        return -1;
+    uint64_t a = 0;
+    memcpy(&a, &info.token, sizeof a < sizeof info.token ? sizeof a : sizeof info.token);
+    *addr = a ^ ((uint64_t)info.fileno << 48);
+#else
+    H5O_info_t info;
+    if (H5Oget_info2(h->obj, &info, H5O_INFO_BASIC) < 0)
+        return -1;
+    *addr = (uint64_t)info.addr ^ ((uint64_t)info.fileno << 48);
+#endif
+    return 0;
+}
+
+/* The next chunk origin of a grid in C order; 0 when past the last. */
+static int next_chunk(int ndim, const hsize_t *shape, const hsize_t *chunk, hsize_t *off)
+{
+    for (int d = ndim - 1; d >= 0; d--) {
+        off[d] += chunk[d];
+        if (off[d] < shape[d])
+            return 1;
+        off[d] = 0;
+    }
+    return 0;
+}
+
+int h5_chunk_index_walk(node *n, uint64_t max_lookups, uint64_t *lookups, cellar_error *err)
+{
+    h5_quiet();
+    *lookups = 0;
+    if (n->ops != &h5_ops || n->info.type != NODE_ARRAY || n->info.ndim < 1)
+        return 0;
+    const h5_node *h = n->impl;
+    hid_t dcpl = H5Dget_create_plist(h->obj);
+    if (dcpl < 0)
+        return h5_fail(err, CELLAR_EFORMAT, "cannot read the layout of '%s'", n->path);
+    int ndim = n->info.ndim, rc = 0;
+    hsize_t chunk[NODE_MAX_DIMS], shape[NODE_MAX_DIMS], off[NODE_MAX_DIMS] = {0};
+    if (H5Pget_layout(dcpl) != H5D_CHUNKED)
+        goto done;
+    if (H5Pget_chunk(dcpl, NODE_MAX_DIMS, chunk) != ndim) {
+        rc = h5_fail(err, CELLAR_EFORMAT, "cannot read the chunk shape of '%s'", n->path);
+        goto done;
+    }
+    for (int d = 0; d < ndim; d++) {
+        if (n->info.shape[d] <= 0 || chunk[d] == 0)
+            goto done; /* nothing stored */
+        shape[d] = (hsize_t)n->info.shape[d];
+    }
+    do {
+        hsize_t stored = 0;
+        if (H5Dget_chunk_storage_size(h->obj, off, &stored) < 0)
+            stored = 0; /* unallocated chunks fail here too: reads give the fill value */
+        ++*lookups;
+    } while (*lookups < max_lookups && next_chunk(ndim, shape, chunk, off));
+done:
+    H5Pclose(dcpl);
+    return rc;
+}

@@ -57,4 +57,16 @@ void h5_set_direct_reads(int mode);
  * For tests and diagnostics. */
 int h5_direct_kind(node *n);
 
+/* ---- for the probe's walk (storage/hdf5/h5_probe.c) ---- */
+
+/* An identity of n's HDF5 object within its file (hard links to one object
+ * share it), for telling cycles apart.  0, or -1 when there is none. */
+int h5_object_address(node *n, uint64_t *addr);
+
+/* Looks every chunk of the chunked dataset n up in its chunk index (as
+ * chunk reads do), in C order, at most max_lookups of them; *lookups says
+ * how many.  0 for other layouts; CELLAR_EFORMAT when the layout cannot be
+ * read. */
+int h5_chunk_index_walk(node *n, uint64_t max_lookups, uint64_t *lookups, cellar_error *err);
+
 #endif

@@ -1,0 +1,374 @@
+#include "server/probe.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "storage/hdf5/h5.h"
+#include "storage/hdf5/h5_probe.h"
+
+/* The verdict line the child prints; everything else it prints (sanitizer
+ * reports, say) is kept only for the log. */
+#define VERDICT_TAG "CELLAR-PROBE "
+/* What the parent keeps of the child's output. */
+#define OUTPUT_MAX 16384
+/* How often the parent looks at the child's memory. */
+#define WATCH_MS 20
+
+struct probe_runner {
+    probe_runner_config cfg;
+    pthread_mutex_t lock;
+    pthread_cond_t slot_free;
+    unsigned running;
+    atomic_int stopping;
+};
+
+probe_runner *probe_runner_new(const probe_runner_config *cfg)
+{
+    probe_runner *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->cfg = *cfg;
+    if (p->cfg.concurrency == 0)
+        p->cfg.concurrency = 1;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->slot_free, NULL);
+    return p;
+}
+
+void probe_runner_free(probe_runner *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->slot_free);
+    free(p);
+}
+
+void probe_runner_stop(void *ctx)
+{
+    probe_runner *p = ctx;
+    atomic_store(&p->stopping, 1);
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---------------------------------------------------------- the child */
+
+static void print_identity(const struct stat *st)
+{
+    printf("%llu %llu %llu %lld %ld", (unsigned long long)st->st_dev,
+           (unsigned long long)st->st_ino, (unsigned long long)st->st_size,
+           (long long)st->st_mtim.tv_sec, (long)st->st_mtim.tv_nsec);
+}
+
+static int same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+void probe_child_main(const char *path)
+{
+    h5_library_init();
+    struct stat before, after;
+    if (stat(path, &before) != 0) {
+        printf(VERDICT_TAG "gone\n");
+        fflush(stdout);
+        _exit(0);
+    }
+    h5_probe_limits lim = H5_PROBE_DEFAULT_LIMITS;
+    h5_probe_report rep;
+    cellar_error err;
+    cellar_error_clear(&err);
+    int rc = h5_probe_file(path, &lim, &rep, &err);
+    if (stat(path, &after) != 0 || !same_file(&before, &after)) {
+        printf(VERDICT_TAG "gone\n");
+    } else if (rc == CELLAR_ENOMEM) {
+        printf(VERDICT_TAG "nomem\n");
+    } else {
+        for (char *c = err.detail; *c; c++)
+            if (*c == '\n' || *c == '\r')
+                *c = ' ';
+        printf(VERDICT_TAG "%s ", rc ? "fail" : "ok");
+        print_identity(&before);
+        if (rc)
+            printf(" %s\n", err.detail);
+        else
+            printf(" %llu %llu %llu %llu %llu %llu %llu %d\n", (unsigned long long)rep.groups,
+                   (unsigned long long)rep.datasets, (unsigned long long)rep.attributes,
+                   (unsigned long long)rep.strings_read, (unsigned long long)rep.bytes_read,
+                   (unsigned long long)rep.chunk_lookups, (unsigned long long)rep.broken,
+                   rep.over_limit);
+    }
+    fflush(stdout);
+    /* _exit: no exit handlers (a leak report of a walk cut short is not a verdict). */
+    _exit(0);
+}
+
+/* --------------------------------------------------------- the parent */
+
+typedef struct child_run {
+    pid_t pid;
+    int out_fd;
+    char output[OUTPUT_MAX + 1];
+    size_t output_len;
+    int killed_timeout, killed_memory, killed_stop;
+    int status;
+} child_run;
+
+/* Starts `<this binary> --probe path` with its limits; -1 when it cannot. */
+static int child_start(const probe_runner_config *cfg, const char *path, child_run *c)
+{
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return -1;
+    char *argv[] = {"cellar", "--probe", (char *)path, NULL};
+    rlim_t cpu = (rlim_t)ceil(cfg->timeout_seconds) + 1;
+    struct rlimit cpu_limit = {cpu, cpu + 1}, no_core = {0, 0};
+#if !defined(__SANITIZE_ADDRESS__)
+    /* The address space backs up the resident bound the parent watches,
+     * for an allocation too sudden for the watch; sanitizer builds reserve
+     * terabytes of address space for their shadow, so they get only the
+     * watch. */
+    rlim_t as = (rlim_t)(cfg->memory_bytes * 2 + ((uint64_t)1 << 30));
+    struct rlimit as_limit = {as, as};
+#endif
+    sigset_t none;
+    sigemptyset(&none);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        /* Async-signal-safe calls only until exec. */
+        int null_fd = open("/dev/null", O_RDONLY);
+        if (null_fd >= 0)
+            dup2(null_fd, 0);
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close_range(3, ~0u, 0);
+        setrlimit(RLIMIT_CPU, &cpu_limit);
+        setrlimit(RLIMIT_CORE, &no_core);
+#if !defined(__SANITIZE_ADDRESS__)
+        setrlimit(RLIMIT_AS, &as_limit);
+#endif
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    memset(c, 0, sizeof *c);
+    c->pid = pid;
+    c->out_fd = fds[0];
+    return 0;
+}
+
+static uint64_t child_resident_bytes(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/statm", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    unsigned long long size = 0, resident = 0;
+    int n = fscanf(f, "%llu %llu", &size, &resident);
+    fclose(f);
+    return n == 2 ? resident * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
+/* Reads what is there; 1 at end of output. */
+static int child_read(child_run *c)
+{
+    char chunk[4096];
+    ssize_t n = read(c->out_fd, chunk, sizeof chunk);
+    if (n < 0)
+        return errno == EINTR || errno == EAGAIN ? 0 : 1;
+    if (n == 0)
+        return 1;
+    size_t keep = OUTPUT_MAX - c->output_len < (size_t)n ? OUTPUT_MAX - c->output_len : (size_t)n;
+    memcpy(c->output + c->output_len, chunk, keep);
+    c->output_len += keep;
+    c->output[c->output_len] = '\0';
+    return 0;
+}
+
+/* Follows the child to its end: its output, its deadline, its memory. */
+static void child_wait(probe_runner *p, child_run *c, double started)
+{
+    const probe_runner_config *cfg = &p->cfg;
+    int eof = 0;
+    for (;;) {
+        double left = cfg->timeout_seconds - (now_seconds() - started);
+        if (atomic_load(&p->stopping) && !c->killed_stop) {
+            kill(c->pid, SIGKILL);
+            c->killed_stop = 1;
+        }
+        if (left <= 0 && !c->killed_timeout && !c->killed_memory) {
+            kill(c->pid, SIGKILL);
+            c->killed_timeout = 1;
+        }
+        if (!c->killed_timeout && !c->killed_memory &&
+            child_resident_bytes(c->pid) > cfg->memory_bytes) {
+            kill(c->pid, SIGKILL);
+            c->killed_memory = 1;
+        }
+        if (eof) {
+            pid_t w = waitpid(c->pid, &c->status, WNOHANG);
+            if (w == c->pid || (w < 0 && errno != EINTR))
+                break;
+            struct timespec pause = {0, WATCH_MS * 1000000L};
+            nanosleep(&pause, NULL);
+            continue;
+        }
+        struct pollfd pfd = {c->out_fd, POLLIN, 0};
+        if (poll(&pfd, 1, WATCH_MS) > 0)
+            eof = child_read(c);
+    }
+    close(c->out_fd);
+}
+
+static void set_id(probe_file_id *id, unsigned long long dev, unsigned long long ino,
+                   unsigned long long size, long long sec, long nsec)
+{
+    id->dev = dev;
+    id->ino = ino;
+    id->size = size;
+    id->mtime_sec = sec;
+    id->mtime_nsec = nsec;
+}
+
+/* The verdict line of a child that exited normally; 0 when there was one. */
+static int parse_verdict(const child_run *c, probe_verdict *v)
+{
+    const char *line = strstr(c->output, VERDICT_TAG);
+    if (!line)
+        return -1;
+    line += strlen(VERDICT_TAG);
+    unsigned long long dev, ino, size;
+    long long sec;
+    long nsec;
+    int used = 0;
+    if (!strncmp(line, "gone", 4)) {
+        v->outcome = PROBE_NOT_RUN;
+        snprintf(v->detail, sizeof v->detail, "the file changed while it was checked; retry");
+    } else if (!strncmp(line, "nomem", 5)) {
+        v->outcome = PROBE_OUT_OF_MEMORY;
+        snprintf(v->detail, sizeof v->detail, "reading its metadata ran out of memory");
+    } else if (sscanf(line, "ok %llu %llu %llu %lld %ld", &dev, &ino, &size, &sec, &nsec) == 5) {
+        v->outcome = PROBE_OK;
+        set_id(&v->walked, dev, ino, size, sec, nsec);
+    } else if (sscanf(line, "fail %llu %llu %llu %lld %ld %n", &dev, &ino, &size, &sec, &nsec,
+                      &used) == 5 && used > 0) {
+        v->outcome = PROBE_UNREADABLE;
+        set_id(&v->walked, dev, ino, size, sec, nsec);
+        const char *detail = line + used;
+        size_t len = strcspn(detail, "\n");
+        snprintf(v->detail, sizeof v->detail, "%.*s", (int)len, detail);
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+/* A line of the child's output worth quoting in the log (a sanitizer's
+ * summary), or "". */
+static void quote_output(const child_run *c, char *out, size_t size)
+{
+    const char *s = strstr(c->output, "SUMMARY: ");
+    if (!s)
+        s = strstr(c->output, "ERROR: ");
+    out[0] = '\0';
+    if (s)
+        snprintf(out, size, ": %.*s", (int)strcspn(s, "\n"), s);
+}
+
+static void judge(const probe_runner_config *cfg, const child_run *c, probe_verdict *v)
+{
+    char quote[256];
+    quote_output(c, quote, sizeof quote);
+    if (c->killed_stop) {
+        v->outcome = PROBE_NOT_RUN;
+        snprintf(v->detail, sizeof v->detail, "the server is shutting down");
+    } else if (c->killed_timeout) {
+        v->outcome = PROBE_TIMED_OUT;
+        snprintf(v->detail, sizeof v->detail, "reading its metadata took longer than %g s",
+                 cfg->timeout_seconds);
+    } else if (c->killed_memory) {
+        v->outcome = PROBE_OUT_OF_MEMORY;
+        snprintf(v->detail, sizeof v->detail, "reading its metadata needed more than %llu MB",
+                 (unsigned long long)(cfg->memory_bytes >> 20));
+    } else if (WIFSIGNALED(c->status)) {
+        int sig = WTERMSIG(c->status);
+        v->outcome = sig == SIGXCPU || sig == SIGKILL ? PROBE_TIMED_OUT : PROBE_CRASHED;
+        if (v->outcome == PROBE_TIMED_OUT)
+            snprintf(v->detail, sizeof v->detail,
+                     "reading its metadata used more than %g s of CPU time", cfg->timeout_seconds);
+        else
+            snprintf(v->detail, sizeof v->detail, "reading its metadata crashed the reader (%s)%s",
+                     strsignal(sig), quote);
+    } else if (WIFEXITED(c->status) && WEXITSTATUS(c->status) == 0 && !parse_verdict(c, v)) {
+        return;
+    } else {
+        v->outcome = PROBE_CRASHED;
+        snprintf(v->detail, sizeof v->detail,
+                 "reading its metadata stopped the reader (exit status %d)%s",
+                 WIFEXITED(c->status) ? WEXITSTATUS(c->status) : -1, quote);
+    }
+}
+
+static void run_child(probe_runner *p, const char *path, probe_verdict *v)
+{
+    double started = now_seconds();
+    if (atomic_load(&p->stopping)) {
+        v->outcome = PROBE_NOT_RUN;
+        snprintf(v->detail, sizeof v->detail, "the server is shutting down");
+        return;
+    }
+    child_run *c = calloc(1, sizeof *c);
+    if (!c || child_start(&p->cfg, path, c) != 0) {
+        v->outcome = PROBE_NOT_RUN;
+        snprintf(v->detail, sizeof v->detail, "cannot start a probe process (%s); retry",
+                 strerror(errno));
+        free(c);
+        return;
+    }
+    child_wait(p, c, started);
+    judge(&p->cfg, c, v);
+    v->seconds = now_seconds() - started;
+    free(c);
+}
+
+void probe_runner_run(void *ctx, const char *path, probe_verdict *out)
+{
+    probe_runner *p = ctx;
+    pthread_mutex_lock(&p->lock);
+    while (p->running >= p->cfg.concurrency)
+        pthread_cond_wait(&p->slot_free, &p->lock);
+    p->running++;
+    pthread_mutex_unlock(&p->lock);
+    run_child(p, path, out);
+    pthread_mutex_lock(&p->lock);
+    p->running--;
+    pthread_cond_signal(&p->slot_free);
+    pthread_mutex_unlock(&p->lock);
+}

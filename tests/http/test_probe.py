@@ -1,0 +1,262 @@
+"""The probe process: no HDF5 file reaches libhdf5 in the serving process
+before a disposable child has walked it (server/probe.c,
+storage/hdf5/h5_probe.c).
+
+Damaged files are made from the committed examples with seeded mutations
+(the same procedure found them: `mutate` below); each seed listed crashed
+or hung libhdf5 in a walk when it was picked.  A file whose probe crashes,
+hangs or outgrows its memory is 422 for that version, remembered, and the
+server and every other store keep answering.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import REPO
+
+EXAMPLES = REPO / "examples"
+SOURCES = ["blood.h5ad", "lineage.h5td", "pbmc_small.h5mu"]
+# seed -> what libhdf5 did on the mutated file when the seed was picked
+CRASHING_SEEDS = [78, 82, 185]   # SIGSEGV inside libhdf5 while reading metadata
+HANGING_SEEDS = [64, 73, 121]    # libhdf5 never returns
+
+
+def mutate(seed: int) -> tuple[str, bytes]:
+    """The seeded mutation of one example: bit flips, a zeroed region or a
+    truncation.  Returns (example name, damaged bytes)."""
+    rnd = random.Random(seed)
+    name = SOURCES[seed % 3]
+    d = bytearray((EXAMPLES / name).read_bytes())
+    kind = rnd.choice(["flip", "zero", "trunc"])
+    if kind == "flip":
+        for _ in range(rnd.randint(1, 20)):
+            i = rnd.randrange(len(d))
+            d[i] ^= 1 << rnd.randrange(8)
+    elif kind == "zero":
+        a = rnd.randrange(len(d))
+        b = min(len(d), a + rnd.choice([8, 64, 512, 4096]))
+        d[a:b] = bytes(b - a)
+    else:
+        d = d[: rnd.randrange(len(d))]
+    return name, bytes(d)
+
+
+def metric(server, name: str) -> float:
+    text = server.get("/metrics").text
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def probes(server, outcome: str) -> float:
+    return metric(server, f'cellar_probes_total{{outcome="{outcome}"}}')
+
+
+def assert_problem(r, status: int, *words: str):
+    assert r.status_code == status, (r.status_code, r.text[:300])
+    assert r.headers["Content-Type"].startswith("application/problem+json")
+    body = r.json()
+    assert body["status"] == status and body["detail"]
+    for w in words:
+        assert w in body["detail"], body["detail"]
+    return body
+
+
+@pytest.fixture(scope="module")
+def damaged_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("probe-root")
+    for name in SOURCES:
+        shutil.copy(EXAMPLES / name, root / name)
+    for seed in CRASHING_SEEDS + HANGING_SEEDS:
+        name, data = mutate(seed)
+        (root / f"seed{seed}{Path(name).suffix}").write_bytes(data)
+    return root
+
+
+@pytest.fixture(scope="module")
+def probe_server(damaged_root, server_factory):
+    return server_factory(damaged_root, "--probe-timeout-seconds", "3", "--probe-concurrency", "2",
+                          "--probe-wait-seconds", "0.3")
+
+
+def get_settled(server, path: str, timeout: float = 20.0):
+    """GET path until it is no longer 503 (a probe still running), as a
+    client honouring Retry-After would."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = server.get(path)
+        if r.status_code != 503 or time.monotonic() > deadline:
+            return r
+        assert r.headers.get("Retry-After") == "1"
+        assert_problem(r, 503, "is being checked")
+        time.sleep(0.2)
+
+
+def test_damaged_files_are_refused_and_the_server_keeps_serving(probe_server):
+    s = probe_server
+    # A valid store opened first keeps answering while probes crash and hang.
+    assert s.get("/v1/stores/blood.h5ad").status_code == 200
+    hung = {}
+
+    def ask(seed):
+        t0 = time.monotonic()
+        r = s.get(f"/v1/stores/seed{seed}{Path(mutate(seed)[0]).suffix}")
+        hung[seed] = (r, time.monotonic() - t0)
+
+    threads = [threading.Thread(target=ask, args=(seed,)) for seed in HANGING_SEEDS[:2]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    for seed, (r, took) in hung.items():
+        # A request thread waits --probe-wait-seconds for a hanging probe, no longer.
+        assert r.status_code == 503 and took < 2, (seed, r.status_code, took)
+        assert r.headers.get("Retry-After") == "1"
+    # Both probes still hang (deadline 3 s), and request threads are free.
+    t0 = time.monotonic()
+    r = s.get("/v1/stores/blood.h5ad/obs", columns="cell_type")
+    assert r.status_code == 200 and time.monotonic() - t0 < 1.0
+    assert s.get("/healthz").status_code == 200
+    for seed in CRASHING_SEEDS + HANGING_SEEDS:
+        name = f"seed{seed}{Path(mutate(seed)[0]).suffix}"
+        t0 = time.monotonic()
+        r = get_settled(s, f"/v1/stores/{name}")
+        # Settled by the probe's deadline (3 s; a third hang waits for a slot).
+        assert time.monotonic() - t0 < 12, (seed, time.monotonic() - t0)
+        assert r.status_code < 500, (seed, r.status_code, r.text[:200])
+        if r.status_code != 200:
+            assert r.headers["Content-Type"].startswith("application/problem+json")
+        assert s.alive()
+    # The seeds still do what they were picked for: the probes crashed and
+    # timed out, and the server did not.
+    assert probes(s, "crashed") >= 1
+    assert probes(s, "timed_out") >= 1
+    assert metric(s, "cellar_refused_store_versions") >= 2
+    assert s.get("/v1/stores/lineage.h5td/obst").status_code == 200
+    assert s.get("/v1/stores/pbmc_small.h5mu/mod").status_code == 200
+
+
+def test_a_refused_version_is_remembered_and_a_new_version_probed_again(damaged_root, probe_server):
+    s = probe_server
+    name = f"seed{CRASHING_SEEDS[0]}.h5ad"
+    assert SOURCES[CRASHING_SEEDS[0] % 3] == "blood.h5ad"
+    first = get_settled(s, f"/v1/stores/{name}")
+    if first.status_code == 200:
+        pytest.fail(f"{name} no longer crashes the probe; pick another seed")
+    before = sum(probes(s, o) for o in ("ok", "unreadable", "crashed", "timed_out", "out_of_memory"))
+    body = assert_problem(s.get(f"/v1/stores/{name}/obs"), 422)
+    assert assert_problem(s.get(f"/v1/stores/{name}"), 422)["detail"] == first.json()["detail"]
+    after = sum(probes(s, o) for o in ("ok", "unreadable", "crashed", "timed_out", "out_of_memory"))
+    assert after == before, "a remembered version must not be probed again"
+    assert "could not be read safely" in body["detail"] or "corrupt" in body["detail"]
+    # The file replaced by a good one: a new version, probed and served.
+    ok_before = probes(s, "ok")
+    tmp = damaged_root / ".replace.tmp"
+    shutil.copy(EXAMPLES / "blood.h5ad", tmp)
+    tmp.rename(damaged_root / name)
+    r = get_settled(s, f"/v1/stores/{name}")
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["shape"] == s.get("/v1/stores/blood.h5ad").json()["shape"]
+    assert probes(s, "ok") == ok_before + 1
+
+
+def test_truncated_file_is_the_librarys_reason(damaged_root, probe_server):
+    s = probe_server
+    data = (EXAMPLES / "blood.h5ad").read_bytes()
+    (damaged_root / "short.h5ad").write_bytes(data[:3000])
+    assert_problem(get_settled(s, "/v1/stores/short.h5ad"), 422, "truncated or corrupt HDF5 file")
+    assert probes(s, "unreadable") >= 1
+
+
+def test_concurrent_first_requests_share_one_probe(damaged_root, probe_server):
+    s = probe_server
+    shutil.copy(EXAMPLES / "pbmc_small.h5mu", damaged_root / "fresh.h5mu")
+    before = probes(s, "ok")
+    results = []
+
+    def ask():
+        results.append(get_settled(s, "/v1/stores/fresh.h5mu/mod").status_code)
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert results == [200] * 8
+    assert probes(s, "ok") == before + 1
+
+
+def test_probe_deadline(tmp_path, server_factory):
+    """A probe past its deadline is killed: with a deadline shorter than
+    any walk, even a valid file is refused, and says why."""
+    shutil.copy(EXAMPLES / "blood.h5ad", tmp_path / "blood.h5ad")
+    s = server_factory(tmp_path, "--probe-timeout-seconds", "0.001")
+    body = assert_problem(s.get("/v1/stores/blood.h5ad"), 422, "could not be read safely",
+                          "took longer than 0.001 s")
+    assert body["title"]
+    assert probes(s, "timed_out") == 1
+    assert s.get("/healthz").status_code == 200
+
+
+def test_probe_memory_bound(tmp_path, server_factory):
+    """A walk that needs more memory than --probe-memory-bytes is killed:
+    a 200 MB string read whole through libhdf5."""
+    path = tmp_path / "big.h5ad"
+    with h5py.File(path, "w") as f:
+        f.attrs["encoding-type"] = "anndata"
+        f.attrs["encoding-version"] = "0.1.0"
+        uns = f.create_group("uns")
+        uns.attrs["encoding-type"] = "dict"
+        uns.attrs["encoding-version"] = "0.1.0"
+        uns.create_dataset("text", data="x" * (200 << 20), dtype=h5py.string_dtype())
+    s = server_factory(tmp_path, "--probe-memory-bytes", str(150 << 20))
+    assert_problem(s.get("/v1/stores/big.h5ad"), 422, "could not be read safely", "more than 150 MB")
+    assert probes(s, "out_of_memory") == 1
+    # Without the bound the same file is fine.
+    s2 = server_factory(tmp_path)
+    assert s2.get("/v1/stores/big.h5ad").status_code == 200
+
+
+def test_no_probe_flag(tmp_path, server_factory):
+    shutil.copy(EXAMPLES / "blood.h5ad", tmp_path / "blood.h5ad")
+    s = server_factory(tmp_path, "--probe", "0")
+    assert s.get("/v1/stores/blood.h5ad").status_code == 200
+    assert "cellar_probes_total" not in s.get("/metrics").text
+
+
+def test_probe_walks_what_the_server_reads(tmp_path):
+    """`cellar --probe FILE` itself: one verdict line with the file's identity
+    and what was walked (strings read through libhdf5, datasets, attributes)."""
+    import subprocess
+
+    from conftest import cellar_bin
+
+    path = tmp_path / "strings.h5"
+    with h5py.File(path, "w") as f:
+        g = f.create_group("obs")
+        g.attrs["note"] = "hello"
+        g.create_dataset("names", data=np.array([f"c{i}" for i in range(70000)], dtype=object),
+                         dtype=h5py.string_dtype())
+        g.create_dataset("scaled", data=np.arange(1000, dtype="i4"), scaleoffset=0, chunks=(100,))
+        f["obs/again"] = g["names"]  # a hard link: walked once
+        f["loop"] = f["obs"]         # a cycle through a hard link to a group
+    out = subprocess.run([str(cellar_bin()), "--probe", str(path)], capture_output=True, text=True,
+                         timeout=30).stdout
+    fields = out.split()
+    assert fields[:2] == ["CELLAR-PROBE", "ok"], out
+    st = path.stat()
+    assert [int(x) for x in fields[2:5]] == [st.st_dev, st.st_ino, st.st_size]
+    groups, datasets, attributes, strings, nbytes, lookups, broken, over = map(int, fields[7:15])
+    assert (groups, datasets, strings) == (2, 2, 70000), out
+    assert attributes == 1 and broken == 0 and over == 0
+    assert nbytes == 4000  # the scale-offset dataset, which direct reads do not take
