@@ -45,6 +45,8 @@ static const option_def options[] = {
         "memory for decoded zarr chunks that slices read again, 0 = off (default 67108864)"),
     OPT("--answer-cache-bytes", "CELLAR_ANSWER_CACHE_BYTES", OPT_SIZE, answer_cache_bytes,
         "memory for finished answers repeated requests reuse, 0 = off (default 33554432)"),
+    OPT("--request-timeout-seconds", "CELLAR_REQUEST_TIMEOUT_SECONDS", OPT_DOUBLE, request_timeout_seconds,
+        "a request running longer is logged and answered 503; /readyz fails while libhdf5 is stuck that long (default 60, 0 = none)"),
     OPT("--probe", "CELLAR_PROBE", OPT_BOOL, probe,
         "walk every HDF5 file version in a disposable process before opening it: 1 or 0 (default 1)"),
     OPT("--probe-timeout-seconds", "CELLAR_PROBE_TIMEOUT_SECONDS", OPT_DOUBLE, probe_timeout_seconds,
@@ -134,6 +136,7 @@ static void config_defaults(server_config *cfg)
     cfg->answer_cache_bytes = 32u << 20;
     cfg->zarr_chunk_cache_bytes = 64u << 20;
     cfg->access_log = 1;
+    cfg->request_timeout_seconds = 60;
     cfg->probe = 1;
     cfg->probe_timeout_seconds = 60;
     cfg->probe_memory_bytes = 2ull << 30;

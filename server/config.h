@@ -22,6 +22,7 @@ typedef struct server_config {
     size_t zarr_chunk_cache_bytes;
     uint64_t column_index_max_bytes;
     int access_log;
+    double request_timeout_seconds; /* the watchdog's deadline; 0 = none */
     int probe;                      /* walk HDF5 files in a probe process first */
     double probe_timeout_seconds;
     uint64_t probe_memory_bytes;

@@ -20,6 +20,7 @@ typedef struct control_state {
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t idle_timer;
     uv_timer_t log_timer;
+    uv_timer_t watchdog_timer;
     int result;
     /* Jobs submitted by request threads, handed to the loop by bg_async
      * (uv_queue_work may only be called on the loop thread). */
@@ -145,6 +146,12 @@ static void on_log_timer(uv_timer_t *t)
     http_flush_log(st->cfg->http);
 }
 
+static void on_watchdog_timer(uv_timer_t *t)
+{
+    control_state *st = t->data;
+    http_watchdog_check(st->cfg->http);
+}
+
 static void on_idle_timer(uv_timer_t *t)
 {
     control_state *st = t->data;
@@ -176,8 +183,9 @@ int control_run(const control_config *cfg)
     uv_signal_init(&st.loop, &st.sig_hup);
     uv_timer_init(&st.loop, &st.idle_timer);
     uv_timer_init(&st.loop, &st.log_timer);
+    uv_timer_init(&st.loop, &st.watchdog_timer);
     st.sig_term.data = st.sig_int.data = st.sig_hup.data = st.idle_timer.data = &st;
-    st.log_timer.data = &st;
+    st.log_timer.data = st.watchdog_timer.data = &st;
     uv_signal_start(&st.sig_term, on_stop_signal, SIGTERM);
     uv_signal_start(&st.sig_int, on_stop_signal, SIGINT);
     uv_signal_start(&st.sig_hup, on_hup, SIGHUP);
@@ -190,6 +198,7 @@ int control_run(const control_config *cfg)
     uint64_t ms = (uint64_t)(every * 1000);
     uv_timer_start(&st.idle_timer, on_idle_timer, ms, ms);
     uv_timer_start(&st.log_timer, on_log_timer, 100, 100);
+    uv_timer_start(&st.watchdog_timer, on_watchdog_timer, 1000, 1000);
     pthread_mutex_init(&st.bg_lock, NULL);
     uv_async_init(&st.loop, &st.bg_async, on_bg_async);
     st.bg_async.data = &st;

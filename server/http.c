@@ -23,6 +23,7 @@
 #include "common/numfmt.h"
 #include "server/answer_cache.h"
 #include "server/router.h"
+#include "server/watchdog.h"
 #include "storage/zarr/zarr.h"
 
 /* Bodies smaller than this are sent uncompressed: not worth the CPU. */
@@ -46,6 +47,7 @@ struct http_server {
     struct MHD_Daemon *daemons[MAX_DAEMONS];
     unsigned n_daemons;
     atomic_uint in_flight;
+    watchdog *watch;
     answer_cache *answers;
     FILE *access_log; /* fully buffered; flushed by http_flush_log */
     /* Background work (http_set_background): set once the control loop runs. */
@@ -69,6 +71,7 @@ typedef struct request_ctx {
      * or NULL when this answer must not be kept. */
     char *answer_key;
     size_t answer_key_len;
+    watch_entry watch; /* while dispatch runs */
 } request_ctx;
 
 /* What the answer cache keeps: a response libmicrohttpd can queue on any
@@ -513,6 +516,9 @@ static int answer_service(request_ctx *ctx, buf *body, const char **type, cellar
         *type = "application/json";
         if (!registry_root_ok(srv->reg))
             return cellar_fail(err, CELLAR_EUNAVAILABLE, "the data root is not readable");
+        char why[256];
+        if (watchdog_ready(srv->watch, why, sizeof why))
+            return cellar_fail(err, CELLAR_EUNAVAILABLE, "%s", why);
         buf_puts(body, "{\"status\":\"ready\"}");
         return 0;
     case ROUTE_METRICS:
@@ -606,6 +612,22 @@ static int run_handler(request_ctx *ctx, cellar_error *err)
     }
 }
 
+/* Whether the request ran past the watchdog's deadline; then err says so
+ * (503) and the answer made is dropped: too late to be trusted by a client
+ * that is likely gone, and not to be kept.  The watchdog logged it. */
+static int overdue(request_ctx *ctx, cellar_error *err)
+{
+    if (!watchdog_overdue(ctx->srv->watch, &ctx->watch))
+        return 0;
+    discard_response(&ctx->res);
+    ctx->answer_key = NULL;
+    cellar_error_clear(err);
+    cellar_fail(err, CELLAR_EUNAVAILABLE,
+                "the request took longer than %g s (--request-timeout-seconds); retry",
+                watchdog_timeout(ctx->srv->watch));
+    return 1;
+}
+
 static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, const char *url)
 {
     api_request *req = &ctx->req;
@@ -614,6 +636,9 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
     unsigned method = router_method(req->method);
 
     int rc = router_match(url, req, &ctx->route, &err);
+    if (!rc)
+        watchdog_label(ctx->srv->watch, &ctx->watch, router_route_name(ctx->route.id),
+                       req->store_name);
     if (method == METHOD_OPTIONS)
         return send_empty(ctx, conn, 204, allow_header(rc ? (METHOD_GET | METHOD_HEAD) : ctx->route.methods));
     if (rc)
@@ -640,7 +665,7 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
     /* The raw zarr route answers conditionals with each key's validators. */
     if (ctx->route.needs_store && ctx->route.id != ROUTE_ZARR_RAW) {
         rc = api_open_store(req, &err);
-        if (rc)
+        if (overdue(ctx, &err) || rc)
             return send_problem(ctx, conn, &err, NULL);
         /* If-None-Match wins over If-Modified-Since (RFC 9110 13.1.3). */
         const char *inm = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-None-Match");
@@ -662,6 +687,8 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
     if (rc)
         return send_problem(ctx, conn, &err, NULL);
     rc = run_handler(ctx, &err);
+    if (overdue(ctx, &err))
+        return send_problem(ctx, conn, &err, NULL);
     if (rc) {
         if (!err.code)
             cellar_fail(&err, rc, "%s", cellar_strerror(rc));
@@ -721,7 +748,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
-    return dispatch(ctx, conn, url);
+    ctx->watch.start = ctx->start;
+    ctx->watch.method = ctx->req.method;
+    ctx->watch.path = ctx->req.path;
+    ctx->watch.route = "-";
+    ctx->watch.store = NULL;
+    watchdog_enter(srv->watch, &ctx->watch);
+    enum MHD_Result ret = dispatch(ctx, conn, url);
+    watchdog_leave(srv->watch, &ctx->watch);
+    return ret;
+}
+
+size_t http_watchdog_check(http_server *h)
+{
+    return watchdog_check(h->watch);
 }
 
 /* "METHOD PATH STATUS BYTES MICROSECONDS\n", put together by hand: this runs
@@ -904,6 +944,7 @@ static void http_free(http_server *h)
 {
     stop_daemons(h);
     answer_cache_free(h->answers);
+    watchdog_free(h->watch);
     if (h->access_log)
         fclose(h->access_log);
     pthread_mutex_destroy(&h->bg_lock);
@@ -944,7 +985,8 @@ http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
     h->api_cfg.background_ctx = h;
     pthread_mutex_init(&h->bg_lock, NULL);
     h->answers = answer_cache_new(cfg->answer_cache_bytes);
-    if (!h->answers) {
+    h->watch = watchdog_new(cfg->request_timeout_seconds);
+    if (!h->answers || !h->watch) {
         cellar_fail(err, CELLAR_ENOMEM, "out of memory");
         goto fail;
     }

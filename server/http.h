@@ -33,6 +33,10 @@ typedef int (*http_background_fn)(void *ctx, void (*fn)(void *), void *arg);
  * refused and handlers do without. */
 void http_set_background(http_server *h, http_background_fn fn, void *ctx);
 
+/* Logs the requests running past --request-timeout-seconds (once each);
+ * the control loop calls it every second.  Returns how many there are. */
+size_t http_watchdog_check(http_server *h);
+
 /* Hands fn(arg) to the background worker set above (ctx: the
  * http_server); nonzero when there is none (not running yet, or shutting
  * down).  The api_config.submit_background of handlers. */

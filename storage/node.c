@@ -1,7 +1,62 @@
 #include "storage/node_impl.h"
 
+#include <stdatomic.h>
+#include <time.h>
+
 #include <stdlib.h>
 #include <string.h>
+
+/* Start times of calls now inside a backend with ops->process_lock.  Process-wide
+ * state on purpose: the lock it watches (libhdf5's) is process-wide too.
+ * A call that finds every slot taken goes untimed. */
+enum { LOCKED_CALL_SLOTS = 256 };
+static _Atomic int64_t locked_call_start_ns[LOCKED_CALL_SLOTS];
+
+static int64_t monotonic_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+int node_locked_call_enter(void)
+{
+    int64_t now = monotonic_ns(), free_slot = 0;
+    for (int i = 0; i < LOCKED_CALL_SLOTS; i++) {
+        free_slot = 0;
+        if (atomic_compare_exchange_strong(&locked_call_start_ns[i], &free_slot, now))
+            return i;
+    }
+    return -1;
+}
+
+void node_locked_call_leave(int slot)
+{
+    if (slot >= 0)
+        atomic_store(&locked_call_start_ns[slot], 0);
+}
+
+/* Marks a call into n's backend as started; returns its slot or -1. */
+static int call_enter(const node *n)
+{
+    return n->ops->process_lock ? node_locked_call_enter() : -1;
+}
+
+static void call_leave(int slot)
+{
+    node_locked_call_leave(slot);
+}
+
+double node_locked_backend_busy_seconds(void)
+{
+    int64_t oldest = 0;
+    for (int i = 0; i < LOCKED_CALL_SLOTS; i++) {
+        int64_t t = atomic_load(&locked_call_start_ns[i]);
+        if (t && (!oldest || t < oldest))
+            oldest = t;
+    }
+    return oldest ? (double)(monotonic_ns() - oldest) / 1e9 : 0;
+}
 
 node *node_new(const node_ops *ops, node *parent, const char *name)
 {
@@ -117,7 +172,9 @@ int node_child(node *n, const char *name, node **out, cellar_error *err)
     node *child = NULL;
     cellar_error e;
     cellar_error_clear(&e);
+    int slot = call_enter(n);
     rc = n->ops->open_child(n, name, &child, &e);
+    call_leave(slot);
     if (rc) {
         if (rc == CELLAR_ENOTFOUND && !n->ops->mutable_nodes && n->n_absent < NODE_ABSENT_MAX)
             remember_absent(n, name, e.detail);
@@ -188,7 +245,9 @@ static int node_list_once(node *n, cellar_error *err)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '%s'", n->path);
     const char **names = NULL;
     size_t count = 0;
+    int slot = call_enter(n);
     int rc = n->ops->list_children(n, a, &names, &count, err);
+    call_leave(slot);
     if (rc) {
         arena_free(a);
         return rc;
@@ -295,7 +354,10 @@ int node_file_extent(node *n, int *fd, uint64_t *offset, uint64_t *length)
     if (n->info.type != NODE_ARRAY || !dtype_is_numeric(n->info.dtype) ||
         n->info.dtype == DT_BOOL || !n->ops->file_extent)
         return 1;
-    return n->ops->file_extent(n, fd, offset, length);
+    int slot = call_enter(n);
+    int rc_call = n->ops->file_extent(n, fd, offset, length);
+    call_leave(slot);
+    return rc_call;
 }
 
 int node_stream_string(node *n, size_t piece, node_string_sink sink, void *ctx,
@@ -304,7 +366,10 @@ int node_stream_string(node *n, size_t piece, node_string_sink sink, void *ctx,
     if (n->info.type != NODE_ARRAY || n->info.dtype != DT_STRING || !n->ops->stream_string ||
         piece == 0)
         return cellar_fail(err, CELLAR_EINVAL, "'%s' cannot be streamed", n->path);
-    return n->ops->stream_string(n, piece, sink, ctx, err);
+    int slot = call_enter(n);
+    int rc_call = n->ops->stream_string(n, piece, sink, ctx, err);
+    call_leave(slot);
+    return rc_call;
 }
 
 int node_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cellar_error *err)
@@ -321,7 +386,10 @@ int node_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cellar_e
                            n->path);
     if (count == 0)
         return 0;
-    return n->ops->read(n, sel, out, out_bytes, err);
+    int slot = call_enter(n);
+    int rc_call = n->ops->read(n, sel, out, out_bytes, err);
+    call_leave(slot);
+    return rc_call;
 }
 
 int node_read_strings(node *n, const dim_sel *sel, arena *a, char **out, cellar_error *err)
@@ -334,7 +402,10 @@ int node_read_strings(node *n, const dim_sel *sel, arena *a, char **out, cellar_
     int ndim = n->info.ndim < 0 ? 0 : n->info.ndim;
     if (node_sel_count(sel, ndim) == 0)
         return 0;
-    return n->ops->read_strings(n, sel, a, out, err);
+    int slot = call_enter(n);
+    int rc_call = n->ops->read_strings(n, sel, a, out, err);
+    call_leave(slot);
+    return rc_call;
 }
 
 static void node_free_one(node *n)

@@ -127,4 +127,10 @@ int node_read_strings(node *n, const dim_sel *sel, arena *a, char **out, cellar_
 /* Frees a whole tree from its root (the registry calls this). */
 void node_tree_free(node *root);
 
+/* How long the oldest call now inside a backend that serializes behind
+ * one process-wide lock (libhdf5) has been running, in seconds; 0 when
+ * none is.  A call stuck in the library holds every later one: /readyz
+ * turns unready when this passes the request deadline. */
+double node_locked_backend_busy_seconds(void);
+
 #endif

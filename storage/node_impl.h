@@ -29,6 +29,10 @@ typedef struct node_ops {
      * node_memo builds every time (each value is still freed with the
      * tree). */
     int mutable_nodes;
+    /* Set by a backend whose calls all queue behind one process-wide lock
+     * (libhdf5's): node.c then times every call into it, so a call stuck
+     * inside the library shows (node_locked_backend_busy_seconds). */
+    int process_lock;
 } node_ops;
 
 typedef struct node_child_link {
@@ -83,5 +87,12 @@ node *node_new(const node_ops *ops, node *parent, const char *name);
 /* Product of the counts of a selection over ndim dims, with overflow check;
  * -1 on overflow. */
 int64_t node_sel_count(const dim_sel *sel, int ndim);
+
+/* For a backend's own entry points that do not pass through node.c
+ * (opening a file): times the call as node.c times the ops of a backend
+ * with process_lock.  node_locked_call_enter returns a slot (or -1) to hand
+ * to node_locked_call_leave. */
+int node_locked_call_enter(void);
+void node_locked_call_leave(int slot);
 
 #endif

@@ -68,7 +68,10 @@ struct registry {
     size_t root_len;
     registry_config cfg;
     pthread_mutex_t lock;
-    pthread_mutex_t open_lock; /* serializes opening new versions */
+    pthread_mutex_t open_lock; /* serializes opening new HDF5 versions */
+    /* serializes opening new zarr versions: apart from open_lock, so a
+     * file stuck inside libhdf5 does not hold up zarr stores */
+    pthread_mutex_t zarr_open_lock;
     pthread_cond_t released; /* a non-current version was freed */
     store **open;      /* current versions */
     store *retired;    /* older versions still referenced by requests */
@@ -269,6 +272,7 @@ registry *registry_new(const registry_config *cfg, cellar_error *err)
         r->cfg.max_open_stores = 1;
     pthread_mutex_init(&r->lock, NULL);
     pthread_mutex_init(&r->open_lock, NULL);
+    pthread_mutex_init(&r->zarr_open_lock, NULL);
     pthread_cond_init(&r->released, NULL);
     return r;
 }
@@ -313,6 +317,7 @@ void registry_free(registry *r)
     pthread_mutex_unlock(&r->lock);
     pthread_mutex_destroy(&r->lock);
     pthread_mutex_destroy(&r->open_lock);
+    pthread_mutex_destroy(&r->zarr_open_lock);
     pthread_cond_destroy(&r->released);
     free(r->open);
     free(r->root);
@@ -523,10 +528,10 @@ static int open_stable(registry *r, const char *name, const char *path,
                        "store '%s' kept changing on disk while being opened; retry", name);
 }
 
-/* Opens a new version and installs it as current. Called with open_lock
- * held, so one store is opened at a time: libhdf5 shares an open file
- * between handles by (device, inode), and two handles of one file must not
- * be opened and closed concurrently. */
+/* Opens a new version and installs it as current.  Called with its
+ * backend's open lock held, so one store of a backend is opened at a time:
+ * libhdf5 shares an open file between handles by (device, inode), and two
+ * handles of one file must not be opened and closed concurrently. */
 static int open_and_install(registry *r, const char *name, const char *path,
                             const file_identity *id, store **out, cellar_error *err)
 {
@@ -628,9 +633,11 @@ int registry_get(registry *r, const char *name, store **out, cellar_error *err)
         rc = probe_cache_check(r->cfg.probes, name, path, &pid, err);
     }
     if (!*out && !rc) {
-        pthread_mutex_lock(&r->open_lock);
+        pthread_mutex_t *lock =
+            backend_of(name) == BACKEND_ZARR ? &r->zarr_open_lock : &r->open_lock;
+        pthread_mutex_lock(lock);
         rc = open_and_install(r, name, path, &id, out, err);
-        pthread_mutex_unlock(&r->open_lock);
+        pthread_mutex_unlock(lock);
     }
     free(path);
     return rc;

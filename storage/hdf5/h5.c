@@ -98,6 +98,7 @@ static const node_ops h5_ops = {
     .file_extent = h5_file_extent,
     .stream_string = h5_stream_string,
     .destroy = h5_destroy,
+    .process_lock = 1,
 };
 
 /* ---------------------------------------------------------------- errors */
@@ -1776,7 +1777,7 @@ static const char *base_name(const char *path)
     return slash && slash[1] ? slash + 1 : path;
 }
 
-int h5_open(const char *path, node **root, cellar_error *err)
+static int open_file_tree(const char *path, node **root, cellar_error *err)
 {
     h5_quiet();
     *root = NULL;
@@ -1840,6 +1841,14 @@ int h5_open(const char *path, node **root, cellar_error *err)
     }
     direct_file_open(rh);
     return 0;
+}
+
+int h5_open(const char *path, node **root, cellar_error *err)
+{
+    int slot = node_locked_call_enter(); /* libhdf5 may hang in here too */
+    int rc = open_file_tree(path, root, err);
+    node_locked_call_leave(slot);
+    return rc;
 }
 
 /* ------------------------------------------------- for the probe's walk */
