@@ -184,11 +184,14 @@ int selection_resolve(const selection *sel, int64_t length, const char *what, ar
         if (sel->has_step && sel->step == 0)
             return cellar_fail(err, CELLAR_EINVAL, "%s: slice step cannot be zero", what);
         slice_indices(sel, length, &b, &e, &st);
+        /* ceil(span / |step|) without adding the step to the span (a step
+         * near INT64_MAX would overflow), |step| unsigned (INT64_MIN). */
         int64_t count = 0;
+        uint64_t abs_step = st < 0 ? (uint64_t)0 - (uint64_t)st : (uint64_t)st;
         if (st > 0 && e > b)
-            count = (e - b + st - 1) / st;
+            count = (int64_t)((uint64_t)(e - b - 1) / abs_step + 1);
         else if (st < 0 && b > e)
-            count = (b - e + (-st) - 1) / (-st);
+            count = (int64_t)((uint64_t)(b - e - 1) / abs_step + 1);
         out->start = count ? b : 0;
         out->step = st;
         out->count = count;

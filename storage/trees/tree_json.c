@@ -856,7 +856,8 @@ static size_t batch_text(tree_builder *b, const char *s, size_t n)
         b->btext_cap = cap;
     }
     size_t at = b->btext_len;
-    memcpy(b->btext + at, s, n);
+    if (n) /* an empty id: s and btext may both be NULL */
+        memcpy(b->btext + at, s, n);
     b->btext_len += n;
     return at;
 }

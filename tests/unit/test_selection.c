@@ -129,3 +129,34 @@ void test_arena_and_buf(void)
     CHECK(taken && len > 2000 && b.data == NULL);
     free(taken);
 }
+
+void test_selection_extreme_steps(void)
+{
+    /* Steps and bounds at the ends of int64 (the step was added to the
+     * span: signed overflow). */
+    int rc;
+    dim_sel d = resolve("0:2:9223372036854775807", 10, &rc);
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(d.start, 0);
+    CHECK_EQ(d.count, 1);
+    d = resolve("::-9223372036854775808", 10, &rc);
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(d.start, 9);
+    CHECK_EQ(d.count, 1);
+    d = resolve("-9223372036854775808:9223372036854775807:3", 10, &rc);
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(d.start, 0);
+    CHECK_EQ(d.count, 4);
+    d = resolve("9223372036854775807:-9223372036854775808:-4", 10, &rc);
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(d.start, 9);
+    CHECK_EQ(d.count, 3);
+    d = resolve("0:9223372036854775807", INT64_MAX, &rc);
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(d.count, INT64_MAX);
+    /* Past int64 is a 400, not a wrap. */
+    resolve("0:9223372036854775808", 10, &rc);
+    CHECK_EQ(rc, CELLAR_EINVAL);
+    resolve("-9223372036854775809:", 10, &rc);
+    CHECK_EQ(rc, CELLAR_EINVAL);
+}

@@ -2,6 +2,7 @@
 UNIT_TEST(test_selection_slices)
 UNIT_TEST(test_selection_lists)
 UNIT_TEST(test_selection_errors)
+UNIT_TEST(test_selection_extreme_steps)
 UNIT_TEST(test_arena_and_buf)
 UNIT_TEST(test_codecs_golden)
 UNIT_TEST(test_codecs_blosc_all)
