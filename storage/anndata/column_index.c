@@ -452,6 +452,23 @@ static int get_slot(store *s, const matrix *m, ci_slot **out, cellar_error *err)
     return rc;
 }
 
+/* Column pointers take 8 bytes a column whatever is stored: a shape that
+ * claims far more columns than the matrix stores values (a lying header:
+ * 80 x 1e9 with a few hundred values made an 8 GB index) gets no index.
+ * A real matrix is never that sparse and large at once; its columns are
+ * answered by scanning, which costs what is stored. */
+#define COLPTR_FREE_BYTES ((uint64_t)64 << 20)
+#define COLPTR_BYTES_PER_VALUE 64
+
+static int out_of_proportion(const matrix *m)
+{
+    if (m->shape[1] < 0 || m->nnz < 0 || (uint64_t)m->shape[1] > UINT64_MAX / 16)
+        return 1;
+    uint64_t colptr = ((uint64_t)m->shape[1] + 1) * 8;
+    uint64_t allowed = COLPTR_FREE_BYTES + (uint64_t)m->nnz * COLPTR_BYTES_PER_VALUE;
+    return colptr > allowed;
+}
+
 uint64_t column_index_bytes(const matrix *m)
 {
     cix_layout l;
@@ -528,6 +545,14 @@ int column_index_get(store *s, const matrix *m, const column_index_options *opts
     build_job *job = NULL;
     uint64_t need = column_index_bytes(m);
     pthread_mutex_lock(&slot->lock);
+    if (slot->state == COLUMN_INDEX_ABSENT && out_of_proportion(m)) {
+        slot->state = COLUMN_INDEX_OVER_LIMIT;
+        fprintf(stderr, "cellar: column index of %s in %s not built: %lld columns for %lld "
+                "stored values (its column pointers alone would take %llu bytes); its "
+                "columns are answered by scanning\n", node_path(m->element), store_name(s),
+                (long long)m->shape[1], (long long)m->nnz,
+                (unsigned long long)((uint64_t)m->shape[1] * 8));
+    }
     if (slot->state == COLUMN_INDEX_ABSENT && opts && opts->max_bytes &&
         (!need || need > opts->max_bytes)) {
         slot->state = COLUMN_INDEX_OVER_LIMIT;
