@@ -72,7 +72,12 @@ static int locate_obs_var(api_request *req, node **group, const char **what, cel
     int rc = api_ad_group(req, &g, err);
     if (rc)
         return rc;
-    *group = node_child_opt(g, el);
+    cellar_error local;
+    cellar_error_clear(&local);
+    *group = NULL;
+    rc = node_child(g, el, group, &local);
+    if (rc && rc != CELLAR_ENOTFOUND)
+        return cellar_fail(err, rc, "%s", local.detail); /* there, but unreadable: 422 */
     if (!*group) {
         if (req->raw && strcmp(el, "obs") == 0)
             return cellar_fail(err, CELLAR_ENOTFOUND,

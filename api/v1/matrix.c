@@ -93,13 +93,28 @@ static const char *element_what(api_request *req)
     return what;
 }
 
-/* The element el (/key) of an AnnData group, or NULL. */
-static node *element_node(node *ad, const char *el, const char *key)
+/* The element el (/key) of an AnnData group: *out NULL when absent; an
+ * element that is there but cannot be read is its error (422), not absent. */
+static int element_node(node *ad, const char *el, const char *key, node **out,
+                        cellar_error *err)
 {
-    node *n = node_child_opt(ad, el);
-    if (n && key)
-        n = node_get_info(n)->type == NODE_GROUP ? node_child_opt(n, key) : NULL;
-    return n;
+    *out = NULL;
+    node *n = NULL;
+    cellar_error local;
+    cellar_error_clear(&local);
+    int rc = node_child(ad, el, &n, &local);
+    if (!rc && key) {
+        node *g = n;
+        n = NULL;
+        rc = node_get_info(g)->type == NODE_GROUP ? node_child(g, key, &n, &local)
+                                                  : CELLAR_ENOTFOUND;
+    }
+    if (rc == CELLAR_ENOTFOUND)
+        return 0;
+    if (rc)
+        return cellar_fail(err, rc, "%s", local.detail);
+    *out = n;
+    return 0;
 }
 
 /* A data frame in obsm/varm: answered by the data frame code, exactly as
@@ -117,7 +132,9 @@ static int serve_dataframe(api_request *req, api_response *res, int *served, cel
     node *ad;
     if (api_ad_group(req, &ad, &probe))
         return 0;
-    node *n = element_node(ad, el, req->key);
+    node *n = NULL;
+    if (element_node(ad, el, req->key, &n, &probe))
+        return 0; /* the matrix path reports it */
     const char *enc = n ? element_encoding(n) : NULL;
     if (!enc || strcmp(enc, "dataframe") != 0 || node_get_info(n)->type != NODE_GROUP)
         return 0;
@@ -140,7 +157,10 @@ static int open_element(api_request *req, matrix_req *mr, cellar_error *err)
     mr->what = element_what(req);
     if (!mr->what)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
-    node *n = element_node(mr->ad, el, req->key);
+    node *n = NULL;
+    rc = element_node(mr->ad, el, req->key, &n, err);
+    if (rc)
+        return rc;
     if (!n)
         return cellar_fail(err, CELLAR_ENOTFOUND, "store '%s' has no %s", req->store_name,
                            mr->what);

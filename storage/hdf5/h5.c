@@ -680,6 +680,31 @@ done:
     return rc;
 }
 
+/* Refuses a dataset whose values live in other files: HDF5 external raw
+ * storage and virtual datasets can name any path (/etc/passwd), and
+ * libhdf5 would read it for us.  Neither is written by anndata, mudata
+ * or treedata. */
+static int values_in_this_file(const node *n, const h5_node *h, cellar_error *err)
+{
+    hid_t dcpl = H5Dget_create_plist(h->obj);
+    if (dcpl < 0)
+        return h5_fail(err, CELLAR_EFORMAT, "cannot read the layout of '%s'", n->path);
+    int external = H5Pget_external_count(dcpl);
+    H5D_layout_t layout = H5Pget_layout(dcpl);
+    H5Pclose(dcpl);
+    if (external != 0)
+        return cellar_fail(err, CELLAR_EFORMAT,
+                           "'%s' keeps its values in other files (HDF5 external storage), "
+                           "which cellar does not read", n->path);
+    if (layout == H5D_VIRTUAL)
+        return cellar_fail(err, CELLAR_EFORMAT,
+                           "'%s' is a virtual dataset over other files, which cellar does "
+                           "not read", n->path);
+    if (layout < 0)
+        return h5_fail(err, CELLAR_EFORMAT, "cannot read the layout of '%s'", n->path);
+    return 0;
+}
+
 /* Makes the node for the open object obj (a group or dataset), taking
  * ownership of obj whatever happens. */
 static int h5_node_wrap(node *parent, const char *name, hid_t obj, hid_t file, node **out,
@@ -708,7 +733,9 @@ static int h5_node_wrap(node *parent, const char *name, hid_t obj, hid_t file, n
     if (it == H5I_GROUP) {
         n->info.type = NODE_GROUP;
     } else if (it == H5I_DATASET) {
-        rc = array_info_load(n, h, err);
+        rc = values_in_this_file(n, h, err);
+        if (!rc)
+            rc = array_info_load(n, h, err);
     } else {
         rc = cellar_fail(err, CELLAR_EFORMAT, "'%s' is neither a group nor a dataset", n->path);
     }
