@@ -7,7 +7,10 @@
  * strictly as store names: plain relative segments only, and the opened
  * file must lie inside the store directory (checked on the opened fd, so a
  * symlink swapped in between cannot escape).  Anything that is not a
- * regular file inside the store is 404, never 403.  Keys are opened
+ * regular file inside the store is 404, never 403, and so is any file that
+ * is not a zarr key of the store (zarr_store_has_key: its metadata files
+ * and the chunk keys of the arrays it declares; not dotfiles, .git/ or
+ * editor backups).  Keys are opened
  * relative to the store directory's descriptor, and a key whose file was
  * already proven inside, unchanged since (same identity, ctime included),
  * skips the /proc check and reuses its formatted validators, so a repeated
@@ -52,8 +55,29 @@
 
 typedef enum range_kind { RANGE_WHOLE = 0, RANGE_PART, RANGE_UNSATISFIABLE } range_kind;
 
+/* The dot-names a zarr store holds (v2 metadata); every other segment
+ * that starts with a dot (.git, .env, .DS_Store) is not a zarr key. */
+static int zarr_dot_name(const char *s, size_t n)
+{
+    static const char *const names[] = {".zarray", ".zgroup", ".zattrs", ".zmetadata"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (strlen(names[i]) == n && !memcmp(names[i], s, n))
+            return 1;
+    return 0;
+}
+
+/* What no zarr writer names a key: hidden files and folders other than
+ * zarr's own, and editor backups (name~, .name.swp). */
+static int segment_is_key(const char *s, size_t n)
+{
+    if (s[0] == '.' && !zarr_dot_name(s, n))
+        return 0;
+    return s[n - 1] != '~';
+}
+
 /* A key is a relative path of plain segments: no "", ".", ".." segments, no
- * leading '/', no backslash or control characters. */
+ * leading '/', no backslash or control characters, and nothing a zarr
+ * writer would not name (segment_is_key). */
 static int key_is_safe(const char *key)
 {
     size_t len = strlen(key);
@@ -66,7 +90,7 @@ static int key_is_safe(const char *key)
     for (;;) {
         const char *e = strchr(s, '/');
         size_t seg = e ? (size_t)(e - s) : strlen(s);
-        if (seg == 0 || (seg == 1 && s[0] == '.') || (seg == 2 && s[0] == '.' && s[1] == '.'))
+        if (seg == 0 || !segment_is_key(s, seg))
             return 0;
         if (!e)
             return 1;
@@ -770,6 +794,14 @@ int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
                            "name a zarr key after /zarr/ (e.g. .zgroup, zarr.json or a chunk)");
     if (!key_is_safe(key)) {
         fprintf(stderr, "cellar: refused zarr key '%.300s' of '%.300s' (not a plain relative key)\n",
+                log_text(req->arena, key), name);
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no key '%.300s' in zarr store '%.300s'", key,
+                           name);
+    }
+    /* Only what zarr reads: metadata files and declared chunk keys; never
+     * .git/config, .env, editor backups or other files kept beside. */
+    if (!zarr_store_has_key(store_root(s), key)) {
+        fprintf(stderr, "cellar: refused zarr key '%.300s' of '%.300s' (not a zarr key)\n",
                 log_text(req->arena, key), name);
         return cellar_fail(err, CELLAR_ENOTFOUND, "no key '%.300s' in zarr store '%.300s'", key,
                            name);

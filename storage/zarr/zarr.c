@@ -71,26 +71,27 @@ static int load_json(const char *dir, const char *rel, const char *file, json_t 
     *out = NULL;
     *missing = 0;
     char path[4096];
-    int n = snprintf(path, sizeof path, "%s%s%s/%s", dir, rel[0] ? "/" : "", rel, file);
+    int n = snprintf(path, sizeof path, "%s%s%s", rel, rel[0] ? "/" : "", file);
     if (n < 0 || (size_t)n >= sizeof path)
         return cellar_fail(err, CELLAR_EFORMAT, "path of '%s' is too long", rel);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = -1;
+    uint64_t file_size = 0;
+    cellar_error local;
+    cellar_error_clear(&local);
+    int rc = zarr_open_file(dir, path, &fd, &file_size, &local);
+    if (rc)
+        return cellar_fail(err, rc, "metadata %s", local.detail);
     if (fd < 0) {
-        if (errno == ENOENT || errno == ENOTDIR) {
-            *missing = 1;
-            return 0;
-        }
-        return cellar_fail(err, CELLAR_EIO, "cannot open %s: %s", path, strerror(errno));
+        *missing = 1;
+        return 0;
     }
-    int rc = 0;
     char *buf = NULL;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > ZARR_MAX_META) {
-        rc = cellar_fail(err, CELLAR_EFORMAT, "'/%s' metadata %s is not a readable file", rel,
-                         file);
+    if (file_size > ZARR_MAX_META) {
+        rc = cellar_fail(err, CELLAR_EFORMAT, "'/%s' metadata %s is larger than %zu bytes", rel,
+                         file, ZARR_MAX_META);
         goto done;
     }
-    size_t size = (size_t)st.st_size, got = 0;
+    size_t size = (size_t)file_size, got = 0;
     buf = malloc(size + 1);
     if (!buf) {
         rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", path);
@@ -118,9 +119,17 @@ done:
 static int file_exists(const char *dir, const char *rel, const char *file)
 {
     char path[4096];
-    int n = snprintf(path, sizeof path, "%s%s%s/%s", dir, rel[0] ? "/" : "", rel, file);
-    struct stat st;
-    return n > 0 && (size_t)n < sizeof path && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    int n = snprintf(path, sizeof path, "%s%s%s", rel, rel[0] ? "/" : "", file);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return 0;
+    int fd = -1;
+    uint64_t size = 0;
+    cellar_error ignored;
+    cellar_error_clear(&ignored);
+    if (zarr_open_file(dir, path, &fd, &size, &ignored) || fd < 0)
+        return 0;
+    close(fd);
+    return 1;
 }
 
 static json_t *cmeta_get(const zarr_store *s, const char *rel, const char *suffix)
@@ -477,14 +486,15 @@ static int zarr_read_op(node *n, const dim_sel *sel, void *out, size_t out_bytes
                         cellar_error *err)
 {
     zarr_node *zn = n->impl;
-    return zarr_array_read(&zn->arr, zn->dir, n->path, sel, out, out_bytes, NULL, NULL, err);
+    return zarr_array_read(&zn->arr, zn->store->dir, zn->rel, n->path, sel, out, out_bytes, NULL,
+                           NULL, err);
 }
 
 static int zarr_read_strings_op(node *n, const dim_sel *sel, arena *a, char **out,
                                 cellar_error *err)
 {
     zarr_node *zn = n->impl;
-    return zarr_array_read(&zn->arr, zn->dir, n->path, sel, NULL, 0, a, out, err);
+    return zarr_array_read(&zn->arr, zn->store->dir, zn->rel, n->path, sel, NULL, 0, a, out, err);
 }
 
 /* ---- opening ------------------------------------------------------------ */
@@ -732,4 +742,110 @@ done:
     json_decref(md);
     json_decref(root);
     return rc;
+}
+
+/* ---- which keys a store has --------------------------------------------- */
+
+/* Parses one chunk grid index: a canonical decimal (no sign, no leading
+ * zero) below count.  Returns the characters used, 0 when not one. */
+static size_t grid_index_len(const char *s, int64_t count)
+{
+    size_t n = 0;
+    int64_t v = 0;
+    while (s[n] >= '0' && s[n] <= '9') {
+        if (n == 1 && s[0] == '0')
+            return 0;
+        int d = s[n] - '0';
+        if (v > (INT64_MAX - d) / 10)
+            return 0;
+        v = v * 10 + d;
+        n++;
+    }
+    return n && v < count ? n : 0;
+}
+
+/* Whether rest is the key of a chunk (or shard) of za inside its grid,
+ * under its chunk key encoding: "c/1/2" ("c" for 0-d) or, for v2 keys,
+ * "1.2" ("0" for 0-d), with the array's separator. */
+static int is_chunk_key(const zarr_array *za, const char *rest)
+{
+    const char *p = rest;
+    if (!za->v2_keys) {
+        if (*p++ != 'c')
+            return 0;
+        if (za->ndim == 0)
+            return *p == '\0';
+    } else if (za->ndim == 0) {
+        return strcmp(p, "0") == 0;
+    }
+    for (int d = 0; d < za->ndim; d++) {
+        if ((d > 0 || !za->v2_keys) && *p++ != za->sep)
+            return 0;
+        if (za->chunk[d] <= 0)
+            return 0;
+        int64_t count = za->shape[d] / za->chunk[d] + (za->shape[d] % za->chunk[d] != 0);
+        size_t used = grid_index_len(p, count);
+        if (!used)
+            return 0;
+        p += used;
+    }
+    return *p == '\0';
+}
+
+/* Whether base is a metadata file name of the store's format; .zmetadata
+ * only at the root (at_root). */
+static int is_metadata_name(int version, const char *base, int at_root)
+{
+    if (version == 3)
+        return strcmp(base, "zarr.json") == 0;
+    return !strcmp(base, ".zarray") || !strcmp(base, ".zgroup") || !strcmp(base, ".zattrs") ||
+           (at_root && !strcmp(base, ".zmetadata"));
+}
+
+/* Whether each of the len bytes of path is in a segment valid_name takes. */
+static int plain_segments(const char *path, size_t len)
+{
+    char name[1024];
+    size_t start = 0;
+    for (size_t i = 0; i <= len; i++) {
+        if (i < len && path[i] != '/')
+            continue;
+        size_t seg = i - start;
+        if (seg == 0 || seg >= sizeof name)
+            return 0;
+        memcpy(name, path + start, seg);
+        name[seg] = '\0';
+        if (!valid_name(name))
+            return 0;
+        start = i + 1;
+    }
+    return 1;
+}
+
+int zarr_store_has_key(node *root, const char *key)
+{
+    if (!root || root->ops != &zarr_ops || !key[0])
+        return 0;
+    const zarr_node *rz = root->impl;
+    const char *slash = strrchr(key, '/');
+    const char *base = slash ? slash + 1 : key;
+    if (is_metadata_name(rz->store->version, base, !slash))
+        return !slash || plain_segments(key, (size_t)(slash - key));
+    /* A chunk: walk the groups the key names down to the first array. */
+    node *cur = root;
+    const char *rest = key;
+    char name[1024];
+    while (!((const zarr_node *)cur->impl)->is_array) {
+        const char *e = strchr(rest, '/');
+        size_t len = e ? (size_t)(e - rest) : 0;
+        if (!e || len == 0 || len >= sizeof name)
+            return 0;
+        memcpy(name, rest, len);
+        name[len] = '\0';
+        cur = node_child_opt(cur, name);
+        if (!cur)
+            return 0;
+        rest = e + 1;
+    }
+    return is_chunk_key(&((const zarr_node *)cur->impl)->arr, rest);
 }

@@ -73,11 +73,23 @@ void zarr_array_clear(zarr_array *a);
 int zarr_json_parse(const char *text, size_t len, json_t **out, const char *what,
                     cellar_error *err);
 
-/* Reads a selection of the array stored under directory `dir`: numeric into
- * out (out_bytes as node_read), strings into sout from a (as
- * node_read_strings; out NULL).  `what` is the node path for details. */
-int zarr_array_read(const zarr_array *za, const char *dir, const char *what, const dim_sel *sel,
-                    void *out, size_t out_bytes, arena *a, char **sout, cellar_error *err);
+/* Opens the file at `rel` below the store directory `store_dir` for
+ * reading without leaving the store: symlinks are followed only while they
+ * resolve inside it (openat2 with RESOLVE_BENEATH), and the open never
+ * blocks (a FIFO planted as a chunk hung requests).  0 with *fd >= 0 and
+ * *size; 0 with *fd = -1 when there is no such file; CELLAR_EFORMAT when it
+ * is not a regular file, leads outside the store or loops (detail names
+ * rel); CELLAR_EIO for other failures. */
+int zarr_open_file(const char *store_dir, const char *rel, int *fd, uint64_t *size,
+                   cellar_error *err);
+
+/* Reads a selection of the array stored under directory `rel` of the store
+ * at `store_dir`: numeric into out (out_bytes as node_read), strings into
+ * sout from a (as node_read_strings; out NULL).  `what` is the node path
+ * for details. */
+int zarr_array_read(const zarr_array *za, const char *store_dir, const char *rel,
+                    const char *what, const dim_sel *sel, void *out, size_t out_bytes, arena *a,
+                    char **sout, cellar_error *err);
 
 /* The ranges a shard index describes (exposed for the fuzz target): decodes
  * the index bytes `src` of a shard with the array's index layout. */

@@ -4,10 +4,13 @@
  * reads need no lock. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "storage/zarr/zarr_impl.h"
@@ -63,7 +66,7 @@ typedef struct shard_slot {
 
 typedef struct zread {
     const zarr_array *za;
-    const char *dir, *what;
+    const char *store_dir, *rel, *what;
     int ndim;
     const int64_t *cshape;
     const zarr_chain *ch;
@@ -230,29 +233,100 @@ static int pread_all(int fd, void *buf, size_t n, uint64_t off, const char *what
     return 0;
 }
 
-/* Opens dir/key read-only; *fd = -1 when it does not exist. */
-static int open_key(zread *r, int *fd, uint64_t *size, cellar_error *err)
+/* The fallback of zarr_open_file when openat2 cannot judge a path (an
+ * absolute symlink, which RESOLVE_BENEATH refuses even when it points
+ * inside; a kernel or seccomp filter without openat2): the canonical path,
+ * opened only when it lies inside the canonical store directory.  Returns
+ * the descriptor or -1 with errno (EXDEV when it leads outside). */
+static int open_canonical_inside(const char *store_dir, const char *rel)
 {
-    char path[4096];
+    char path[PATH_MAX], *real_dir = NULL, *real = NULL;
+    int f = -1, n = snprintf(path, sizeof path, "%s/%s", store_dir, rel);
+    if (n < 0 || (size_t)n >= sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    real_dir = realpath(store_dir, NULL);
+    real = real_dir ? realpath(path, NULL) : NULL;
+    if (!real)
+        goto done;
+    size_t dl = strlen(real_dir);
+    if (strncmp(real, real_dir, dl) != 0 || real[dl] != '/') {
+        errno = EXDEV;
+        goto done;
+    }
+    f = open(real, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC);
+done:
+    free(real_dir);
+    free(real);
+    return f;
+}
+
+/* The store-relative path rel opened beneath store_dir, or -1 with errno. */
+static int open_beneath(const char *store_dir, const char *rel)
+{
+    int dir = open(store_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0)
+        return -1;
+    struct open_how how = {
+        .flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
+        .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+    };
+    int f = (int)syscall(SYS_openat2, dir, rel, &how, sizeof how);
+    int saved = errno;
+    close(dir);
+    errno = saved;
+    if (f < 0 && (saved == EXDEV || saved == ENOSYS || saved == EPERM))
+        return open_canonical_inside(store_dir, rel);
+    return f;
+}
+
+int zarr_open_file(const char *store_dir, const char *rel, int *fd, uint64_t *size,
+                   cellar_error *err)
+{
     *fd = -1;
-    int n = snprintf(path, sizeof path, "%s/%s", r->dir, r->key);
-    if (n < 0 || (size_t)n >= sizeof path)
-        return cellar_fail(err, CELLAR_EFORMAT, "chunk path of '%s' is too long", r->what);
-    int f = open(path, O_RDONLY | O_CLOEXEC);
+    int f = open_beneath(store_dir, rel);
     if (f < 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
+        int e = errno;
+        if (e == ENOENT || e == ENOTDIR)
             return 0;
-        return cellar_fail(err, CELLAR_EIO, "cannot open chunk '%s' of '%s': %s", r->key,
-                           r->what, strerror(errno));
+        if (e == EXDEV)
+            return cellar_fail(err, CELLAR_EFORMAT,
+                               "'%s' is a link that leads outside the store", rel);
+        if (e == ELOOP)
+            return cellar_fail(err, CELLAR_EFORMAT, "'%s' is a link that loops", rel);
+        if (e == EISDIR)
+            return cellar_fail(err, CELLAR_EFORMAT, "'%s' is a directory, not a file", rel);
+        if (e == EMFILE || e == ENFILE || e == ENOMEM)
+            return cellar_fail(err, CELLAR_EIO, "cannot open '%s' now: %s", rel, strerror(e));
+        return cellar_fail(err, CELLAR_EFORMAT, "'%s' cannot be opened: %s", rel, strerror(e));
     }
     struct stat st;
     if (fstat(f, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(f);
-        return cellar_fail(err, CELLAR_EFORMAT, "chunk '%s' of '%s' is not a file", r->key,
-                           r->what);
+        return cellar_fail(err, CELLAR_EFORMAT,
+                           "'%s' is not a regular file (a FIFO, device, socket or directory)",
+                           rel);
     }
     *fd = f;
     *size = (uint64_t)st.st_size;
+    return 0;
+}
+
+/* Opens the chunk or shard file r->key of the array; *fd = -1 when it does
+ * not exist. */
+static int open_key(zread *r, int *fd, uint64_t *size, cellar_error *err)
+{
+    char rel[4096];
+    *fd = -1;
+    int n = snprintf(rel, sizeof rel, "%s%s%s", r->rel, r->rel[0] ? "/" : "", r->key);
+    if (n < 0 || (size_t)n >= sizeof rel)
+        return cellar_fail(err, CELLAR_EFORMAT, "chunk path of '%s' is too long", r->what);
+    cellar_error local;
+    cellar_error_clear(&local);
+    int rc = zarr_open_file(r->store_dir, rel, fd, size, &local);
+    if (rc)
+        return cellar_fail(err, rc, "chunk '%s' of '%s': %s", r->key, r->what, local.detail);
     return 0;
 }
 
@@ -715,8 +789,9 @@ static int read_all_chunks(zread *r, cellar_error *err)
     }
 }
 
-int zarr_array_read(const zarr_array *za, const char *dir, const char *what, const dim_sel *sel,
-                    void *out, size_t out_bytes, arena *a, char **sout, cellar_error *err)
+int zarr_array_read(const zarr_array *za, const char *store_dir, const char *rel,
+                    const char *what, const dim_sel *sel, void *out, size_t out_bytes, arena *a,
+                    char **sout, cellar_error *err)
 {
     (void)out_bytes;
     if (za->unsupported)
@@ -724,7 +799,8 @@ int zarr_array_read(const zarr_array *za, const char *dir, const char *what, con
     zread r;
     memset(&r, 0, sizeof r);
     r.za = za;
-    r.dir = dir;
+    r.store_dir = store_dir;
+    r.rel = rel;
     r.what = what;
     r.ndim = za->ndim;
     r.cshape = za->sharded ? za->inner : za->chunk;
