@@ -53,6 +53,15 @@ int zarr_build_consolidated(const char *dir, char **json_text, size_t *len, cell
 int zarr_build_consolidated_v3(const char *dir, char **json_text, size_t *len,
                                cellar_error *err);
 
+/* Whether key names a zarr key of the store whose tree root was opened by
+ * zarr_open, judged from the metadata alone (the file may still be
+ * missing): a metadata file of the store's format (.zarray, .zgroup,
+ * .zattrs, root .zmetadata; zarr.json) below plain path segments, or the
+ * key of a chunk (or shard) of an array the metadata declares, under the
+ * array's chunk key encoding and inside its chunk grid.  Dotfiles, .git/,
+ * editor backups and any other file are not keys.  1 or 0. */
+int zarr_store_has_key(node *root, const char *key);
+
 /* The cache of decoded zarr chunks (and shard indexes), shared by every
  * store and thread: entries belong to one store version and go when it is
  * freed; the least recently used go first when the bytes pass the limit.

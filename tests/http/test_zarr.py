@@ -376,10 +376,10 @@ def test_raw_range_several_or_malformed_gives_whole_body(zserver, zroot, spec):
 
 
 def test_raw_empty_file(zserver, zroot):
-    (zroot / Z.SCRATCH / "empty.bin").write_bytes(b"")
-    r = zserver.get(raw(Z.SCRATCH, "empty.bin"))
+    (zroot / Z.SCRATCH / "X/c/4/2").write_bytes(b"")   # a chunk key of X
+    r = zserver.get(raw(Z.SCRATCH, "X/c/4/2"))
     assert r.status_code == 200 and r.content == b"" and r.headers["Content-Length"] == "0"
-    r = zserver.raw(raw(Z.SCRATCH, "empty.bin"), headers={"Range": "bytes=0-"})
+    r = zserver.raw(raw(Z.SCRATCH, "X/c/4/2"), headers={"Range": "bytes=0-"})
     assert_problem(r, 416)
     assert r.headers["Content-Range"] == "bytes */0"
 
@@ -450,8 +450,11 @@ def test_raw_keys_cannot_escape_the_store(zserver, path):
 
 
 def test_raw_symlink_inside_the_store_is_served(zserver, zroot):
-    r = zserver.get(raw(Z.SCRATCH, "alias.json"))
-    assert r.status_code == 200 and r.content == (zroot / Z.SCRATCH / "zarr.json").read_bytes()
+    # X/c/3/2 is a relative symlink to X/c/0/0 (a zarr key); alias.json, a
+    # symlink to zarr.json, is inside too but is no zarr key
+    r = zserver.get(raw(Z.SCRATCH, "X/c/3/2"))
+    assert r.status_code == 200 and r.content == (zroot / Z.SCRATCH / "X/c/0/0").read_bytes()
+    assert_problem(zserver.get(raw(Z.SCRATCH, "alias.json")), 404)
 
 
 def test_raw_repeated_key_follows_rewrites_and_swaps(zserver, zdirs):
@@ -460,9 +463,9 @@ def test_raw_repeated_key_follows_rewrites_and_swaps(zserver, zdirs):
     rewritten in place it answers the new bytes and ETag; swapped for a
     symlink out of the store it is 404 and leaks nothing."""
     zroot, outside = zdirs
-    path = zroot / Z.SCRATCH / "settled.bin"
+    path = zroot / Z.SCRATCH / "X/c/4/0"   # a chunk key of X, rewritten by hand
     path.write_bytes(b"first version of the key\n" * 8)
-    url = raw(Z.SCRATCH, "settled.bin")
+    url = raw(Z.SCRATCH, "X/c/4/0")
     time.sleep(2.5)                   # settled: old enough to be kept in memory
     answers = [zserver.get(url) for _ in range(3)]
     assert all(r.status_code == 200 and r.content == path.read_bytes() for r in answers)

@@ -248,6 +248,8 @@ def write_all(root: Path, outside: Path) -> None:
     os.symlink(outside / OUTSIDE_SECRET, root / SCRATCH / "leak")
     os.symlink(outside, root / SCRATCH / "leakdir", target_is_directory=True)
     os.symlink("zarr.json", root / SCRATCH / "alias.json")
+    os.unlink(root / SCRATCH / "X/c/3/2")
+    os.symlink("../0/0", root / SCRATCH / "X/c/3/2")   # a chunk key inside the store
     os.mkfifo(root / SCRATCH / "fifo")
 
 
