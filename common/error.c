@@ -34,6 +34,9 @@ int cellar_http_status(int code)
     case CELLAR_EFORMAT: return 422;
     case CELLAR_EMETHOD: return 405;
     case CELLAR_ENOMEM: return 503;
+    /* Not a bug (500) and not the file's format (422): a failing disk or a
+     * descriptor limit; another replica, or a retry, may answer. */
+    case CELLAR_EIO: return 503;
     case CELLAR_EUNAVAILABLE: return 503;
     default: return 500;
     }

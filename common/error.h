@@ -19,7 +19,7 @@ typedef enum {
     CELLAR_EFORMAT = -6,      /* 422: file present but not readable as its format */
     CELLAR_EMETHOD = -7,      /* 405: method not allowed on this route */
     CELLAR_ENOMEM = -8,       /* 503: out of memory */
-    CELLAR_EIO = -9,          /* 500: the operating system failed a read */
+    CELLAR_EIO = -9,          /* 503: the operating system failed a read */
     CELLAR_EINTERNAL = -10,   /* 500: a bug */
     CELLAR_EUNAVAILABLE = -11 /* 503: shutting down, or not ready */
 } cellar_code;
