@@ -750,22 +750,63 @@ static int h5_node_wrap(node *parent, const char *name, hid_t obj, hid_t file, n
     return 0;
 }
 
+/* Set on this thread when libhdf5 was stopped at an external link. */
+static _Thread_local int elink_refused;
+
+/* libhdf5 calls this (H5Pset_elink_cb) before it opens the file of an
+ * external link met while traversing a path: a soft link to
+ * "/uns/elink/x" would otherwise open any file the store names.  Refusing
+ * every one means no lookup of ours opens another file. */
+static herr_t refuse_external_link(const char *parent_file, const char *parent_group,
+                                   const char *child_file, const char *child_object,
+                                   unsigned *acc_flags, hid_t fapl, void *op_data)
+{
+    (void)parent_file, (void)parent_group, (void)child_file, (void)child_object;
+    (void)acc_flags, (void)fapl, (void)op_data;
+    elink_refused = 1;
+    return -1;
+}
+
+static pthread_once_t link_access_once = PTHREAD_ONCE_INIT;
+static hid_t link_access_props = H5I_INVALID_HID;
+
+static void link_access_make(void)
+{
+    hid_t p = H5Pcreate(H5P_LINK_ACCESS);
+    if (p >= 0 && H5Pset_elink_cb(p, refuse_external_link, NULL) < 0) {
+        H5Pclose(p);
+        p = H5I_INVALID_HID;
+    }
+    link_access_props = p;
+}
+
+/* The link access properties of every lookup: external links refused. */
+static hid_t link_access(void)
+{
+    pthread_once(&link_access_once, link_access_make);
+    return link_access_props;
+}
+
 static int h5_open_child(node *parent, const char *name, node **out, cellar_error *err)
 {
     h5_quiet();
     *out = NULL;
     h5_node *ph = parent->impl;
     const char *sep = strcmp(parent->path, "/") == 0 ? "" : "/";
-    /* "." names the group itself in HDF5 paths. */
-    if (strcmp(name, ".") == 0)
+    /* "." names the group itself in HDF5 paths; a name with '/' is a path
+     * libhdf5 would traverse (through links we have not checked). */
+    if (strcmp(name, ".") == 0 || strchr(name, '/'))
         return cellar_fail(err, CELLAR_ENOTFOUND, "no element '%s' in '%s'", name, parent->path);
-    htri_t exists = H5Lexists(ph->obj, name, H5P_DEFAULT);
+    hid_t lapl = link_access();
+    if (lapl < 0)
+        return h5_fail(err, CELLAR_EINTERNAL, "cannot set up link access for '%s'", name);
+    htri_t exists = H5Lexists(ph->obj, name, lapl);
     if (exists < 0)
         return h5_fail(err, CELLAR_EFORMAT, "cannot look up '%s' in '%s'", name, parent->path);
     if (!exists)
         return cellar_fail(err, CELLAR_ENOTFOUND, "no element '%s' in '%s'", name, parent->path);
     H5L_info_t li;
-    if (H5Lget_info(ph->obj, name, &li, H5P_DEFAULT) < 0)
+    if (H5Lget_info(ph->obj, name, &li, lapl) < 0)
         return h5_fail(err, CELLAR_EFORMAT, "cannot read the link '%s%s%s'", parent->path, sep,
                        name);
     if (li.type == H5L_TYPE_EXTERNAL)
@@ -775,8 +816,14 @@ static int h5_open_child(node *parent, const char *name, node **out, cellar_erro
     if (li.type != H5L_TYPE_HARD && li.type != H5L_TYPE_SOFT)
         return cellar_fail(err, CELLAR_EFORMAT, "'%s%s%s' is a user-defined link, not supported",
                            parent->path, sep, name);
-    hid_t obj = H5Oopen(ph->obj, name, H5P_DEFAULT);
+    elink_refused = 0;
+    hid_t obj = H5Oopen(ph->obj, name, lapl);
     if (obj < 0) {
+        if (elink_refused)
+            return cellar_fail(err, CELLAR_EFORMAT,
+                               "'%s%s%s' is a soft link through an external link to another "
+                               "file, which is not supported",
+                               parent->path, sep, name);
         if (li.type == H5L_TYPE_SOFT)
             return h5_fail(err, CELLAR_EFORMAT, "'%s%s%s' is a soft link to nothing",
                            parent->path, sep, name);

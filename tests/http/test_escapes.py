@@ -6,7 +6,8 @@ linked to itself); this file adds what they leave out:
 
 - libhdf5 never even opens a file an element names outside the root: the
   external file, the virtual dataset's source and the external link's
-  target are FIFOs there, and a request that opened one would hang;
+  target are FIFOs there, and a request that opened one would hang; soft
+  links whose path runs through an external link are refused too;
 - zarr v3 stores (consolidated and not) whose chunks and groups are
   symlinks out of the store, next to symlinks that stay inside (relative
   and absolute), which still answer the right values;
@@ -66,6 +67,7 @@ def write_outside(outside):
     (outside / "secret.bin").write_bytes(SECRET * 8)
     with h5py.File(outside / "secret.h5", "w") as f:
         f["data"] = np.frombuffer(SECRET * 8, dtype=np.int8)
+        f["text"] = SECRET.decode()
     g = zarr.open_group(str(outside / "leak.zarr"), mode="w", zarr_format=3)
     g.create_array("data", data=np.frombuffer(SECRET * 8, dtype=np.int8), compressors=None)
     for name in ("pipe.bin", "pipe.h5"):
@@ -87,6 +89,15 @@ def write_hdf5_fifo_stores(root, outside):
                 f["uns"].create_virtual_dataset("vds", layout)
             else:
                 f["uns/linked"] = h5py.ExternalLink(str(outside / "pipe.h5"), "/data")
+    # Soft links whose path runs through an external link ("/uns/door/x"):
+    # libhdf5 would open the door's file while resolving them.
+    for name, target in (("soft_fifo.h5ad", "pipe.h5"), ("soft_secret.h5ad", "secret.h5")):
+        make_adata().write_h5ad(root / name)
+        with h5py.File(root / name, "r+") as f:
+            f["uns/door"] = h5py.ExternalLink(str(outside / target), "/")
+            f["uns/linked"] = h5py.SoftLink("/uns/door/data")
+            f["uns/text"] = h5py.SoftLink("/uns/door/text")
+            f["var"].attrs["_index"] = "door/text"  # a name that is a path
     # An external link to another file of the same folder: refused too
     # (cellar follows no external link; README "Bad files").
     with h5py.File(root / "sibling.h5", "w") as f:
@@ -214,6 +225,18 @@ def test_hdf5_opens_nothing_an_element_names(escape_dirs, esrv, store):
     word = {"/uns/ext": "external storage", "/uns/vds": "virtual dataset",
             "/uns/linked": "external link"}[element]
     assert word in r.json()["detail"], r.json()
+
+
+@pytest.mark.parametrize("store", ["soft_fifo.h5ad", "soft_secret.h5ad"])
+def test_hdf5_soft_links_through_external_links(escape_dirs, esrv, store):
+    root, _ = escape_dirs
+    statuses = sweep(esrv, root, store)
+    base = f"/v1/stores/{store}"
+    assert statuses[base + "/obs"] == 200 and statuses[base + "/X"] == 200
+    for element in ("/uns/linked", "/uns/text", "/uns/door"):
+        r = timed_get(esrv, base + element)
+        assert r.status_code == 422 and "external link" in r.json()["detail"], r.text
+    assert_clean(timed_get(esrv, base + "/uns/text?format=json"), "text")
 
 
 @pytest.mark.parametrize("store", ["v3links.zarr", "v3plain.zarr"])
