@@ -40,7 +40,7 @@ PYTHON_FOR_VENV = $(shell sh tests/find_python.sh)
 VENV    := .venv
 PORT    ?= 8080
 
-.PHONY: all deps run test check unit pytest venv clean fuzz-replay bench layout-check
+.PHONY: all deps run test check unit pytest venv clean fuzz-replay bench layout-check test-corpus
 all: $(BUILD)/cellar
 
 # Installs the Debian packages that are missing (needs root, as on CI).
@@ -118,6 +118,14 @@ pytest: $(BUILD)/cellar venv $(ZARR_CLIENTS)/node_modules/.package-lock.json
 # The layering rules of the README's "Layout", on what the preprocessor includes.
 layout-check:
 	@CC="$(CC)" CPPFLAGS="$(shell pkg-config --cflags $(PKGS) 2>/dev/null)" sh tests/layout_check.sh
+
+# The whole malformed-store corpus (tests/http/test_malformed.py; make test
+# runs a seeded subset of it) against the sanitizer build.  Not part of
+# make test: it takes a while.
+test-corpus: deps
+	$(MAKE) SANITIZE=address,undefined build-san/cellar venv
+	$(SAN_ENV) CELLAR_CORPUS=full CELLAR_BIN=$(abspath build-san/cellar) \
+	  $(VENV)/bin/python -m pytest -q tests/http/test_malformed.py
 
 # One build: unit tests, then the HTTP suite against the real binary.
 check: $(BUILD)/unit_tests $(BUILD)/cellar venv

@@ -52,7 +52,7 @@ static const option_def options[] = {
     OPT("--probe-timeout-seconds", "CELLAR_PROBE_TIMEOUT_SECONDS", OPT_DOUBLE, probe_timeout_seconds,
         "a probe running longer is killed and its file refused (default 60)"),
     OPT("--probe-memory-bytes", "CELLAR_PROBE_MEMORY_BYTES", OPT_U64, probe_memory_bytes,
-        "a probe using more memory is killed and its file refused (default 2147483648)"),
+        "a probe using more memory is killed and its file refused (default 268435456)"),
     OPT("--probe-wait-seconds", "CELLAR_PROBE_WAIT_SECONDS", OPT_DOUBLE, probe_wait_seconds,
         "a first request waits this long for its probe, then 503 with Retry-After (default 10)"),
     OPT("--probe-concurrency", "CELLAR_PROBE_CONCURRENCY", OPT_UINT, probe_concurrency,
@@ -139,7 +139,7 @@ static void config_defaults(server_config *cfg)
     cfg->request_timeout_seconds = 60;
     cfg->probe = 1;
     cfg->probe_timeout_seconds = 60;
-    cfg->probe_memory_bytes = 2ull << 30;
+    cfg->probe_memory_bytes = 256ull << 20;
     cfg->probe_concurrency = 2;
     cfg->probe_wait_seconds = 10;
 }

@@ -146,6 +146,28 @@ static void remember_absent(node *n, const char *name, const char *detail)
     n->n_absent++;
 }
 
+static int node_list_once(node *n, cellar_error *err);
+
+/* For ops->children_by_listing: 0 when name is among n's listed children,
+ * else why not (the listing's own failure, or ENOTFOUND). */
+static int listed_child(node *n, const char *name, cellar_error *err)
+{
+    pthread_mutex_lock(&n->list_lock);
+    cellar_error local;
+    cellar_error_clear(&local);
+    int rc = node_list_once(n, &local);
+    int found = 0;
+    for (size_t i = 0; !rc && i < n->n_listing && !found; i++)
+        found = strcmp(n->listing[i], name) == 0;
+    pthread_mutex_unlock(&n->list_lock);
+    if (rc)
+        return cellar_fail(err, rc == CELLAR_ENOMEM ? rc : CELLAR_EFORMAT,
+                           "'%s' cannot be listed: %s", n->path, local.detail);
+    if (!found)
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no element '%s' in '%s'", name, n->path);
+    return 0;
+}
+
 int node_child(node *n, const char *name, node **out, cellar_error *err)
 {
     *out = NULL;
@@ -153,6 +175,11 @@ int node_child(node *n, const char *name, node **out, cellar_error *err)
         return cellar_fail(err, CELLAR_ENOTFOUND, "'%s' is not a group", n->path);
     if (!name[0] || strchr(name, '/'))
         return cellar_fail(err, CELLAR_ENOTFOUND, "no element '%s' in '%s'", name, n->path);
+    if (n->ops->children_by_listing) {
+        int lrc = listed_child(n, name, err);
+        if (lrc)
+            return lrc;
+    }
     int rc = 0;
     pthread_mutex_lock(&n->lock);
     for (node_child_link *l = n->children; l; l = l->next) {

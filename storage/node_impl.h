@@ -33,6 +33,10 @@ typedef struct node_ops {
      * (libhdf5's): node.c then times every call into it, so a call stuck
      * inside the library shows (node_locked_backend_busy_seconds). */
     int process_lock;
+    /* Set by a backend whose children are looked up only among the names
+     * its listing gave (the HDF5 backend: the probe walked exactly those;
+     * a name it could not list is never opened by name). */
+    int children_by_listing;
 } node_ops;
 
 typedef struct node_child_link {

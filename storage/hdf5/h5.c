@@ -99,6 +99,7 @@ static const node_ops h5_ops = {
     .stream_string = h5_stream_string,
     .destroy = h5_destroy,
     .process_lock = 1,
+    .children_by_listing = 1,
 };
 
 /* ---------------------------------------------------------------- errors */
@@ -133,7 +134,10 @@ static herr_t h5_err_walk_cb(unsigned n, const H5E_error2_t *e, void *data)
 
 /* Like cellar_fail, adding the most specific message on this thread's HDF5
  * error stack.  Call it right after the failing HDF5 call: any later API
- * call clears the stack. */
+ * call clears the stack.  A libhdf5 failure on a file that is there is
+ * CELLAR_EFORMAT (422): the library reports damaged bytes ("incorrect cache
+ * entry type", "address past end of allocation") as read errors, and the
+ * operating system's own I/O errors come from our preads, not from here. */
 __attribute__((format(printf, 3, 4))) static int h5_fail(cellar_error *err, int code,
                                                         const char *fmt, ...)
 {
@@ -1099,7 +1103,7 @@ static int read_planned(const node *n, const h5_node *h, const dim_plan *p, int 
     int rc = 0;
     hid_t fspace = H5Dget_space(h->obj), mspace = H5I_INVALID_HID;
     if (fspace < 0)
-        return h5_fail(err, CELLAR_EIO, "cannot read '%s'", n->path);
+        return h5_fail(err, CELLAR_EFORMAT, "cannot read '%s'", n->path);
     size_t inner = 1, inner_blocks = 1;
     for (int d = 1; d < ndim; d++) {
         inner *= (size_t)p[d].nuniq;
@@ -1127,7 +1131,7 @@ static int read_planned(const node *n, const h5_node *h, const dim_plan *p, int 
                     cnt[d] = p[d].bcount[combo[d]];
                 }
                 if (H5Sselect_hyperslab(fspace, op, start, stride, cnt, NULL) < 0) {
-                    rc = h5_fail(err, CELLAR_EIO, "cannot select in '%s'", n->path);
+                    rc = h5_fail(err, CELLAR_EFORMAT, "cannot select in '%s'", n->path);
                     goto done;
                 }
                 op = H5S_SELECT_OR;
@@ -1141,12 +1145,12 @@ static int read_planned(const node *n, const h5_node *h, const dim_plan *p, int 
         hsize_t nelem = (hsize_t)(row1 - row0) * inner;
         mspace = H5Screate_simple(1, &nelem, NULL);
         if (mspace < 0) {
-            rc = h5_fail(err, CELLAR_EIO, "cannot read '%s'", n->path);
+            rc = h5_fail(err, CELLAR_EFORMAT, "cannot read '%s'", n->path);
             goto done;
         }
         if (H5Dread(h->obj, h->memtype, mspace, fspace, dxpl,
                     temp + (size_t)row0 * inner * es) < 0) {
-            rc = h5_fail(err, CELLAR_EIO, "reading '%s' failed", n->path);
+            rc = h5_fail(err, CELLAR_EFORMAT, "reading '%s' failed", n->path);
             goto done;
         }
         H5Sclose(mspace);
@@ -1187,11 +1191,11 @@ static int read_points(const node *n, const h5_node *h, const dim_plan *p, int n
     fspace = H5Dget_space(h->obj);
     if (fspace < 0 || H5Sselect_elements(fspace, H5S_SELECT_SET, npoints, coords) < 0 ||
         (mspace = H5Screate_simple(1, &total, NULL)) < 0) {
-        rc = h5_fail(err, CELLAR_EIO, "cannot select in '%s'", n->path);
+        rc = h5_fail(err, CELLAR_EFORMAT, "cannot select in '%s'", n->path);
         goto done;
     }
     if (H5Dread(h->obj, h->memtype, mspace, fspace, dxpl, temp) < 0)
-        rc = h5_fail(err, CELLAR_EIO, "reading '%s' failed", n->path);
+        rc = h5_fail(err, CELLAR_EFORMAT, "reading '%s' failed", n->path);
 done:
     if (mspace >= 0)
         H5Sclose(mspace);
@@ -1574,7 +1578,7 @@ static int direct_fetch_unallocated(const node *n, const h5_node *h, const hsize
         H5Sselect_hyperslab(fspace, H5S_SELECT_SET, off, NULL, count, NULL) < 0 ||
         H5Sselect_hyperslab(mspace, H5S_SELECT_SET, zero, NULL, count, NULL) < 0 ||
         H5Dread(h->obj, h->ftype, mspace, fspace, H5P_DEFAULT, b) < 0) {
-        rc = h5_fail(err, CELLAR_EIO, "reading '%s' failed", n->path);
+        rc = h5_fail(err, CELLAR_EFORMAT, "reading '%s' failed", n->path);
         goto done;
     }
     *buf = b;
@@ -1617,7 +1621,7 @@ static int direct_fetch(void *ctx, const int64_t *start, size_t max_size, uint8_
     uint32_t filters = 0;
     if (H5Dread_chunk(h->obj, H5P_DEFAULT, off, &filters, b) < 0) {
         free(b);
-        return h5_fail(err, CELLAR_EIO, "reading a chunk of '%s' failed", n->path);
+        return h5_fail(err, CELLAR_EFORMAT, "reading a chunk of '%s' failed", n->path);
     }
     *buf = b;
     *size = (size_t)stored;
@@ -1686,7 +1690,7 @@ static int h5_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cel
     if (j.ndim == 0) {
         hid_t dxpl = xfer_for(h, 1);
         if (H5Dread(h->obj, h->memtype, H5S_ALL, H5S_ALL, dxpl, out) < 0)
-            rc = h5_fail(err, CELLAR_EIO, "reading '%s' failed", n->path);
+            rc = h5_fail(err, CELLAR_EFORMAT, "reading '%s' failed", n->path);
     } else {
         temp = j.identity ? out : malloc(j.nuniq_total * es);
         if (!temp) {
@@ -1731,7 +1735,7 @@ static int h5_read_strings(node *n, const dim_sel *sel, arena *a, char **out,
     if (j.ndim == 0) {
         hid_t dxpl = xfer_for(h, 1);
         if (H5Dread(h->obj, h->memtype, H5S_ALL, H5S_ALL, dxpl, temp) < 0)
-            rc = h5_fail(err, CELLAR_EIO, "reading '%s' failed", n->path);
+            rc = h5_fail(err, CELLAR_EFORMAT, "reading '%s' failed", n->path);
     } else {
         rc = read_unique(n, h, j.plan, j.ndim, es, j.nuniq_total, temp, err);
     }
