@@ -45,8 +45,8 @@ QUICK = 5.0  # seconds: an answer that took longer waited on a FIFO
 
 ROUTES = ["", "/obs", "/var", "/X", "/X?format=bin", "/X?format=npy", "/uns", "/obsm",
           "/obsm/X_umap", "/obsm/X_umap?format=bin", "/layers/counts",
-          "/layers/counts?format=bin", "/uns/ext", "/uns/vds", "/uns/linked", "/uns/leak",
-          "/uns/leak/data", "/uns/leak/data?format=bin"]
+          "/layers/counts?format=bin", "/uns/ext", "/uns/vds", "/uns/vds_unlimited",
+          "/uns/linked", "/uns/leak", "/uns/leak/data", "/uns/leak/data?format=bin"]
 
 
 def make_adata() -> ad.AnnData:
@@ -87,6 +87,12 @@ def write_hdf5_fifo_stores(root, outside):
                 layout = h5py.VirtualLayout(shape=(256,), dtype="i1")
                 layout[:] = h5py.VirtualSource(str(outside / "pipe.h5"), "data", shape=(256,))
                 f["uns"].create_virtual_dataset("vds", layout)
+                # unlimited: its extent comes from the sources
+                layout = h5py.VirtualLayout(shape=(256,), maxshape=(None,), dtype="i1")
+                src = h5py.VirtualSource(str(outside / "pipe.h5"), "data", shape=(256,),
+                                         maxshape=(None,))
+                layout[0:h5py.h5s.UNLIMITED] = src[0:h5py.h5s.UNLIMITED]
+                f["uns"].create_virtual_dataset("vds_unlimited", layout)
             else:
                 f["uns/linked"] = h5py.ExternalLink(str(outside / "pipe.h5"), "/data")
     # Soft links whose path runs through an external link ("/uns/door/x"):
@@ -225,6 +231,8 @@ def test_hdf5_opens_nothing_an_element_names(escape_dirs, esrv, store):
     word = {"/uns/ext": "external storage", "/uns/vds": "virtual dataset",
             "/uns/linked": "external link"}[element]
     assert word in r.json()["detail"], r.json()
+    if element == "/uns/vds":
+        assert statuses[base + "/uns/vds_unlimited"] == 422
 
 
 @pytest.mark.parametrize("store", ["soft_fifo.h5ad", "soft_secret.h5ad"])
