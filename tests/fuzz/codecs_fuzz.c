@@ -83,11 +83,20 @@ static void fuzz_transpose(uint8_t mode, const uint8_t *data, size_t size)
     cellar_error err;
     cellar_error_clear(&err);
     if (codec_transpose_strides(ndim, shape, perm, strides, &err) == 0) {
-        int64_t total = 1;
+        /* The strides map the chunk's positions one to one onto [0, total):
+         * the last position lands on total - 1, and an axis with more than
+         * one position steps inside the chunk (a size-1 axis may have any
+         * stride: it is never stepped along). */
+        int64_t total = 1, last = 0;
         for (int d = 0; d < ndim; d++)
             total *= shape[d];
-        for (int d = 0; d < ndim; d++)
-            MUST(total == 0 || strides[d] < total);
+        for (int d = 0; d < ndim; d++) {
+            if (total && shape[d] > 1)
+                MUST(strides[d] < total);
+            if (total)
+                last += strides[d] * (shape[d] - 1);
+        }
+        MUST(total == 0 || last == total - 1);
     }
 }
 
