@@ -40,7 +40,7 @@ PYTHON_FOR_VENV = $(shell sh tests/find_python.sh)
 VENV    := .venv
 PORT    ?= 8080
 
-.PHONY: all deps run test check unit pytest venv clean fuzz-replay bench layout-check test-corpus
+.PHONY: all deps run test check unit pytest venv clean fuzz-replay fuzz bench layout-check test-corpus
 all: $(BUILD)/cellar
 
 # Installs the Debian packages that are missing (needs root, as on CI).
@@ -85,6 +85,29 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(BUILD)/libcellar.a
 
 fuzz-replay: $(FUZZ_BIN)
 	@set -e; for b in $(FUZZ_BIN); do n=$${b##*/}; $(SAN_ENV) ./$$b tests/fuzz/corpus/$${n%_fuzz}; done
+
+# Every fuzz target under libFuzzer for FUZZ_SECONDS each (not part of make
+# test; needs clang, which make fuzz installs).  New inputs go to
+# build-fuzz/corpus/<name> (seeded from tests/fuzz/corpus/<name>); a crash
+# leaves its input in build-fuzz/ and fails the run: fix it, then add the
+# input to tests/fuzz/corpus/<name> so make test replays it.
+FUZZ_SECONDS ?= 180
+fuzz:
+	@command -v clang >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang; }
+	$(MAKE) CC=clang SANITIZE=address,undefined BUILD=build-fuzz WARN="-Wall -Wextra -Wno-format-nonliteral" \
+	  CFLAGS="-O1 -g -fsanitize=fuzzer-no-link" build-fuzz/libcellar.a
+	@set -e; mkdir -p build-fuzz/bin; for src in $(FUZZ_SRC); do \
+	  n=$$(basename $$src .c); c=$${n%_fuzz}; \
+	  clang -std=c11 -D_GNU_SOURCE -DCELLAR_LIBFUZZER -O1 -g -I. \
+	    $$(pkg-config --cflags $(PKGS)) -fsanitize=fuzzer,address,undefined \
+	    $$src build-fuzz/libcellar.a -o build-fuzz/bin/$$n $(LDLIBS); \
+	  mkdir -p build-fuzz/corpus/$$c; cp -n tests/fuzz/corpus/$$c/* build-fuzz/corpus/$$c/ 2>/dev/null || true; \
+	  echo "== $$n: $(FUZZ_SECONDS) s"; \
+	  (cd build-fuzz && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	    ./bin/$$n -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 corpus/$$c > $$n.log 2>&1) || \
+	    { tail -60 build-fuzz/$$n.log; echo "$$n: crashed (input in build-fuzz/)"; exit 1; }; \
+	  grep -E 'stat::number_of_executed_units|Done [0-9]+ runs' build-fuzz/$$n.log; \
+	done
 
 run: deps
 	$(MAKE) $(BUILD)/cellar
@@ -157,6 +180,6 @@ bench: deps $(BUILD)/cellar
 	  CELLAR_BIN=$(abspath $(BUILD)/cellar) sh bench/run.sh
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
 -include $(LIB_OBJ:.o=.d) $(UNIT_OBJ:.o=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(BUILD)/server/main.d

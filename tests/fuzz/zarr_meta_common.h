@@ -36,7 +36,7 @@ static void fuzz_read_fill(const zarr_array *za)
         arena *a = arena_new();
         char *out[256];
         MUST(a != NULL);
-        int rc = zarr_array_read(za, "/nonexistent/cellar-fuzz", "fuzz", sel, NULL, 0, a, out,
+        int rc = zarr_array_read(za, "/nonexistent/cellar-fuzz", "", "fuzz", sel, NULL, 0, a, out,
                                  &err);
         MUST(rc == 0);
         for (size_t i = 0; i < count; i++)
@@ -47,7 +47,7 @@ static void fuzz_read_fill(const zarr_array *za)
     uint8_t out[256 * 8];
     size_t es = dtype_size(za->dtype);
     MUST(es > 0 && es <= 8);
-    int rc = zarr_array_read(za, "/nonexistent/cellar-fuzz", "fuzz", sel, out, count * es, NULL,
+    int rc = zarr_array_read(za, "/nonexistent/cellar-fuzz", "", "fuzz", sel, out, count * es, NULL,
                              NULL, &err);
     MUST(rc == 0);
     for (size_t i = 0; i < count; i++)
