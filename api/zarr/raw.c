@@ -4,9 +4,11 @@
  *
  * The key's file is opened here and handed to the server as res->fd, which
  * sends it with sendfile (no copy, no compression).  Keys are resolved as
- * strictly as store names: plain relative segments only, and the opened
- * file must lie inside the store directory (checked on the opened fd, so a
- * symlink swapped in between cannot escape).  Anything that is not a
+ * strictly as store names: plain relative segments only, opened beneath
+ * the store directory (zarr_open_file_at: a symlink that leads out is not
+ * even opened, a FIFO or device is never read), and the opened file must
+ * lie inside the store directory (checked on the opened fd, so a symlink
+ * swapped in between cannot escape).  Anything that is not a
  * regular file inside the store is 404, never 403, and so is any file that
  * is not a zarr key of the store (zarr_store_has_key: its metadata files
  * and the chunk keys of the arrays it declares; not dotfiles, .git/ or
@@ -696,20 +698,18 @@ static int open_key(arena *a, raw_keys *keys, const char *dir, const char *store
 {
     *missing = 0;
     o->fd = -1;
-    /* O_NONBLOCK: a FIFO planted in the store must not hang the thread. */
-    int fd = openat(keys->dirfd, key, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            *missing = 1;
-        return errno == EMFILE || errno == ENFILE || errno == EIO ? CELLAR_EIO
-                                                                    : CELLAR_ENOTFOUND;
-    }
-    if (fstat(fd, &o->st) != 0) {
-        close(fd);
+    int fd = -1;
+    cellar_error why;
+    cellar_error_clear(&why);
+    int rc = zarr_open_file_at(keys->dirfd, dir, key, &fd, &o->st, &why);
+    if (rc == CELLAR_EIO)
         return CELLAR_EIO;
+    if (rc) {
+        fprintf(stderr, "cellar: refused zarr key: %s\n", log_text(a, why.detail));
+        return CELLAR_ENOTFOUND;
     }
-    if (!S_ISREG(o->st.st_mode)) {
-        close(fd);
+    if (fd < 0) {
+        *missing = 1;
         return CELLAR_ENOTFOUND;
     }
     if (raw_keys_find(keys, key, hash, o)) {

@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "common/error.h"
 #include "storage/node.h"
@@ -61,6 +62,17 @@ int zarr_build_consolidated_v3(const char *dir, char **json_text, size_t *len,
  * array's chunk key encoding and inside its chunk grid.  Dotfiles, .git/,
  * editor backups and any other file are not keys.  1 or 0. */
 int zarr_store_has_key(node *root, const char *key);
+
+/* Opens the file at the store-relative path rel for reading without leaving
+ * the store (store_fd is open on its directory, store_dir is its path):
+ * symlinks are followed only while they resolve inside it (relative or
+ * absolute), the open never blocks, and only a regular file is kept.  0
+ * with *fd >= 0 and *st filled; 0 with *fd = -1 when nothing is there;
+ * CELLAR_EFORMAT when it is not a regular file, leads outside the store or
+ * loops (the detail names rel); CELLAR_EIO when the system is out of
+ * descriptors or memory.  The caller closes *fd. */
+int zarr_open_file_at(int store_fd, const char *store_dir, const char *rel, int *fd,
+                      struct stat *st, cellar_error *err);
 
 /* The cache of decoded zarr chunks (and shard indexes), shared by every
  * store and thread: entries belong to one store version and go when it is

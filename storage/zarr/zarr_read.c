@@ -262,30 +262,25 @@ done:
     return f;
 }
 
-/* The store-relative path rel opened beneath store_dir, or -1 with errno. */
-static int open_beneath(const char *store_dir, const char *rel)
+/* The store-relative path rel opened beneath the store directory (dir
+ * open on it, store_dir its path), or -1 with errno. */
+static int open_beneath(int dir, const char *store_dir, const char *rel)
 {
-    int dir = open(store_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (dir < 0)
-        return -1;
     struct open_how how = {
         .flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
         .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
     };
     int f = (int)syscall(SYS_openat2, dir, rel, &how, sizeof how);
-    int saved = errno;
-    close(dir);
-    errno = saved;
-    if (f < 0 && (saved == EXDEV || saved == ENOSYS || saved == EPERM))
+    if (f < 0 && (errno == EXDEV || errno == ENOSYS || errno == EPERM))
         return open_canonical_inside(store_dir, rel);
     return f;
 }
 
-int zarr_open_file(const char *store_dir, const char *rel, int *fd, uint64_t *size,
-                   cellar_error *err)
+int zarr_open_file_at(int store_fd, const char *store_dir, const char *rel, int *fd,
+                      struct stat *st, cellar_error *err)
 {
     *fd = -1;
-    int f = open_beneath(store_dir, rel);
+    int f = open_beneath(store_fd, store_dir, rel);
     if (f < 0) {
         int e = errno;
         if (e == ENOENT || e == ENOTDIR)
@@ -301,16 +296,31 @@ int zarr_open_file(const char *store_dir, const char *rel, int *fd, uint64_t *si
             return cellar_fail(err, CELLAR_EIO, "cannot open '%s' now: %s", rel, strerror(e));
         return cellar_fail(err, CELLAR_EFORMAT, "'%s' cannot be opened: %s", rel, strerror(e));
     }
-    struct stat st;
-    if (fstat(f, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(f, st) != 0 || !S_ISREG(st->st_mode)) {
         close(f);
         return cellar_fail(err, CELLAR_EFORMAT,
                            "'%s' is not a regular file (a FIFO, device, socket or directory)",
                            rel);
     }
     *fd = f;
-    *size = (uint64_t)st.st_size;
     return 0;
+}
+
+int zarr_open_file(const char *store_dir, const char *rel, int *fd, uint64_t *size,
+                   cellar_error *err)
+{
+    *fd = -1;
+    int dir = open(store_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0)
+        return errno == ENOENT || errno == ENOTDIR
+                   ? 0
+                   : cellar_fail(err, CELLAR_EIO, "cannot open the store: %s", strerror(errno));
+    struct stat st;
+    int rc = zarr_open_file_at(dir, store_dir, rel, fd, &st, err);
+    close(dir);
+    if (*fd >= 0)
+        *size = (uint64_t)st.st_size;
+    return rc;
 }
 
 /* Opens the chunk or shard file r->key of the array; *fd = -1 when it does
