@@ -412,12 +412,21 @@ static int list_consolidated(const zarr_store *s, const char *rel, name_list *l)
     return 0;
 }
 
+/* The code of a directory that cannot be listed: the system short of
+ * descriptors or memory is CELLAR_EIO (503, passes); anything else (gone,
+ * not a directory, not readable) is the store's state, CELLAR_EFORMAT. */
+static int list_failure(int e)
+{
+    return e == EMFILE || e == ENFILE || e == ENOMEM ? CELLAR_EIO : CELLAR_EFORMAT;
+}
+
 static int list_directory(const zarr_store *s, const zarr_node *zn, name_list *l,
                           cellar_error *err)
 {
     DIR *d = opendir(zn->dir);
     if (!d)
-        return cellar_fail(err, CELLAR_EIO, "cannot list '/%s': %s", zn->rel, strerror(errno));
+        return cellar_fail(err, list_failure(errno), "cannot list '/%s': %s", zn->rel,
+                           strerror(errno));
     struct dirent *e;
     int rc = 0;
     while ((e = readdir(d))) {
@@ -589,9 +598,11 @@ static int consolidate_children(const char *dir, const char *rel, int depth, int
         return cellar_fail(err, CELLAR_EFORMAT, "'%s' nests groups too deeply", dir);
     char *path = rel[0] ? join_path(dir, rel) : strdup(dir);
     DIR *d = path ? opendir(path) : NULL;
+    int why = path ? errno : ENOMEM;
     free(path);
     if (!d)
-        return cellar_fail(err, CELLAR_EIO, "cannot list '/%s' in '%s'", rel, dir);
+        return cellar_fail(err, list_failure(why), "cannot list '/%s' in '%s': %s", rel, dir,
+                           strerror(why));
     int rc = 0;
     struct dirent *e;
     while (!rc && (e = readdir(d))) {
