@@ -1862,9 +1862,14 @@ static int open_file_tree(const char *path, node **root, cellar_error *err)
     const char *bn = base_name(path);
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
+        int e = errno;
+        if (e == ENOENT || e == ENOTDIR)
             return cellar_fail(err, CELLAR_ENOTFOUND, "no file '%s'", bn);
-        return cellar_fail(err, CELLAR_EIO, "cannot open '%s': %s", bn, strerror(errno));
+        /* Short of descriptors or memory passes (503); a file that is
+         * there but cannot be opened (permissions, a loop) is 422. */
+        return cellar_fail(err, e == EMFILE || e == ENFILE || e == ENOMEM ? CELLAR_EIO
+                                                                          : CELLAR_EFORMAT,
+                           "cannot open '%s': %s", bn, strerror(e));
     }
     struct stat st;
     int st_rc = fstat(fd, &st);
