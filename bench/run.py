@@ -13,11 +13,17 @@ Environment:
   BENCH_WRK_THREADS   wrk threads (default 1: the rest is left to the server)
   BENCH_REPEAT        the trees and matrices sections make each measured run
                       this many times and keep the median one (default 1);
-                      on a VM whose host takes CPU in bursts (steal) use 3
+                      on a VM whose host takes CPU in bursts (steal) use 3;
+                      the probe section multiplies its runs by it
+  BENCH_PROBE_RUNS    direct `cellar --probe FILE` runs per store (default 9,
+                      times BENCH_REPEAT)
+  BENCH_PROBE_FIRST_RUNS  first requests per store and probe mode (default 5,
+                      times BENCH_REPEAT), each on a freshly started cellar
   BENCH_OUT           the Markdown file to rewrite (default BENCHMARKS.md)
   BENCH_REFS          references to run (default mhd,nginx,h5grove)
   BENCH_ONLY          comma list of scenario ids to run (summary, modlist,
-                      obs_json, ..., mixed) and/or sections (trees, matrices);
+                      obs_json, ..., mixed) and/or sections (trees, matrices,
+                      probe);
                       default all.  A run of sections only rewrites their
                       blocks of BENCHMARKS.md and keeps the rest of the file.
 
@@ -748,7 +754,7 @@ metadata, names and indexes stay on).
     return text
 
 
-SECTIONS = ("trees", "matrices")
+SECTIONS = ("trees", "matrices", "probe")
 SECTION_RE = re.compile(r"<!-- bench:([\w@.]+) -->\n.*?<!-- /bench:\1 -->\n?", re.S)
 
 
@@ -770,7 +776,12 @@ def repeat_note(cfg):
 
 
 def section_block(name, title, cfg, info, body, targets, seconds, client, steal, copy):
+    """client: the load client, or (for sections that run no load) a
+    sentence of its own, starting "runs:", naming what the section runs."""
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    runs = (client[len("runs:"):].strip() if client.startswith("runs:") else
+            f"{client},\n  {cfg['duration']:g} s per run after {cfg['warmup']:g} s of "
+            f"warm-up{repeat_note(cfg)}")
     t_lines = [f"| {n} | {'holds' if ok else '**does not hold**'} | {v} |" for n, ok, v in targets]
     return f"""<!-- bench:{name} -->
 ## {title}
@@ -778,8 +789,7 @@ def section_block(name, title, cfg, info, body, targets, seconds, client, steal,
 - Run: {date}, `{cfg['command']}` ({seconds:.0f} s for this section); {info['cpu']},
   {info['cores']} cores, cellar {info['cellar']} (commit {info['commit']}); load average
   {cfg['load_start']:.1f} at the start of the run; over this section
-  {steal_note(steal)}; one core copied memory at {copy:.1f} GB/s at its start; {client},
-  {cfg['duration']:g} s per run after {cfg['warmup']:g} s of warm-up{repeat_note(cfg)}; cellar `--threads {cfg['threads']}`.
+  {steal_note(steal)}; one core copied memory at {copy:.1f} GB/s at its start; {runs}; cellar `--threads {cfg['threads']}`.
 
 {body}
 
@@ -813,6 +823,20 @@ def cellar_pool_kib():
         return int(m.group(1)) if m else 256
     except OSError:
         return 256
+
+
+def ensure_core_data(cfg):
+    """(folder, manifest) of the core stores at cfg's scale, written once."""
+    manifest_path = os.path.join(cfg["data_dir"], "manifest.json")
+    if data_version(manifest_path) != wanted_data_version():
+        shutil.rmtree(cfg["data_dir"], ignore_errors=True)
+        log(f"writing data at scale {cfg['scale']:g} into {cfg['data_dir']}")
+        subprocess.run([sys.executable, os.path.join(HERE, "make_data.py"), cfg["data_dir"],
+                        str(cfg["scale"])], check=True, stdout=subprocess.DEVNULL)
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    os.chmod(cfg["data_dir"], 0o755)
+    return cfg["data_dir"], manifest
 
 
 def main():
@@ -851,15 +875,7 @@ def main():
     all_targets = []
     if run_core:
         cfg["copy_start"] = copy_gbps()
-        manifest_path = os.path.join(cfg["data_dir"], "manifest.json")
-        if data_version(manifest_path) != wanted_data_version():
-            shutil.rmtree(cfg["data_dir"], ignore_errors=True)
-            log(f"writing data at scale {scale:g} into {cfg['data_dir']}")
-            subprocess.run([sys.executable, os.path.join(HERE, "make_data.py"), cfg["data_dir"],
-                            str(scale)], check=True, stdout=subprocess.DEVNULL)
-        with open(manifest_path) as f:
-            manifest = json.load(f)
-        os.chmod(cfg["data_dir"], 0o755)
+        _, manifest = ensure_core_data(cfg)
         scenarios = build_scenarios(manifest, os.path.join(cfg["data_dir"], "bench.zarr"))
         results = Results()
         results.cellar_peak_kb = 0
@@ -876,7 +892,8 @@ def main():
         print(f"\ncellar peak RSS over the run: {results.cellar_peak_kb / 1024:.0f} MB")
     import sections
     for name, title, fn in (("trees", "Trees (issue 4)", sections.run_trees),
-                            ("matrices", "Matrices (issue 5)", sections.run_matrices)):
+                            ("matrices", "Matrices (issue 5)", sections.run_matrices),
+                            ("probe", "The HDF5 probe (issue 19)", sections.run_probe)):
         if only and name not in only:
             continue
         copy = copy_gbps()

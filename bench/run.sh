@@ -9,10 +9,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 : "${CELLAR_BIN:?set CELLAR_BIN to the cellar binary}"
 
-# Debian packages: wrk, and nginx (the light build is enough).
+# Debian packages: wrk, and nginx (the light build is enough).  The probe
+# section alone (BENCH_ONLY=probe) runs neither: it needs GNU time only.
 missing=""
-command -v wrk >/dev/null 2>&1 || missing="$missing wrk"
-command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$missing nginx-light"
+if [ "${BENCH_ONLY:-}" != "probe" ]; then
+    command -v wrk >/dev/null 2>&1 || missing="$missing wrk"
+    command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$missing nginx-light"
+fi
+[ -x /usr/bin/time ] || missing="$missing time"
 if [ -n "$missing" ]; then
     echo "[bench] installing:$missing"
     apt-get update -qq

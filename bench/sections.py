@@ -1,6 +1,7 @@
-"""The trees (issue 4) and matrices (issue 5) sections of `make bench`.
+"""The trees (issue 4), matrices (issue 5) and probe (issue 19) sections of
+`make bench`.
 
-bench/run.py calls run_trees / run_matrices, which return a Markdown block
+bench/run.py calls run_trees / run_matrices / run_probe, which return a Markdown block
 and a list of (target, holds, value); each section has its own data folder
 (`bench/data/trees-S/`, `bench/data/matrix-S/`, written once by
 make_trees.py / make_matrix.py), its own cellar processes (started fresh,
@@ -133,6 +134,12 @@ def load_client(section, cfg):
         return (f"`bench/loadgen` (1 thread, 1 MiB reads) for the Queries table, and {wrk} "
                 "(`bench/wrk/paths.lua`) for the same queries in \"Same queries under wrk\"; "
                 "each target row names its client")
+    if section == "probe":
+        n = max(cfg.get("repeat", 1), 1)
+        return (f"runs: `cellar --probe FILE` {R.env_int('BENCH_PROBE_RUNS', PROBE_RUNS) * n} "
+                f"times per store, and {R.env_int('BENCH_PROBE_FIRST_RUNS', PROBE_FIRST_RUNS) * n}"
+                " first requests per store and probe mode, one GET (urllib) per freshly "
+                f"started cellar" + (f" (BENCH_REPEAT={n})" if n > 1 else ""))
     return wrk
 
 
@@ -884,4 +891,275 @@ def matrix_markdown(cfg, out):
     if MATRICES_ALSO:
         L.append("")
         L += wrk_markdown(out, SHORT_LABELS)
+    return "\n".join(L)
+
+
+# --------------------------------------------------------------------------
+# The probe (issue 19)
+#
+# Before the server opens an HDF5 file version with libhdf5, a child
+# `cellar --probe FILE` walks it (server/probe.c, storage/hdf5/h5_probe.c).
+# This section measures that walk on every HDF5 store the harness makes:
+# run directly (wall time, CPU and peak RSS from wait4, what the verdict
+# line says it walked), and as it shows in a first request (a fresh cellar
+# per request, `--probe 1` as users run it against `--probe 0`, and the
+# probe seconds the server itself counts in /metrics).
+
+# (data folder kind, store) of every HDF5 store the harness writes.
+PROBE_STORES = (("core", "bench.h5ad"), ("core", "bench.h5mu"), ("core", "bench.h5td"),
+                ("trees", "trees.h5td"), ("matrix", "matrix.h5ad"))
+# Runs per store: direct probes, and first requests per mode; each times
+# BENCH_REPEAT (BENCH_PROBE_RUNS / BENCH_PROBE_FIRST_RUNS override the base).
+PROBE_RUNS = 9
+PROBE_FIRST_RUNS = 5
+# The server's defaults (server/config.c) the targets are checked against.
+PROBE_DEFAULT_TIMEOUT_S = 60
+PROBE_DEFAULT_MEMORY = 256 << 20
+PROBE_DEFAULT_WAIT_S = 10
+VERDICT_FIELDS = ("groups", "datasets", "attributes", "strings_read", "bytes_read",
+                  "chunk_lookups", "broken", "over_limit")
+
+
+def probe_roots(cfg):
+    """{kind: data folder} for PROBE_STORES, each written once if missing."""
+    scale = cfg["scale"]
+    roots = {"core": R.ensure_core_data(cfg)[0],
+             "trees": os.path.join(R.HERE, "data", f"trees-{scale:g}"),
+             "matrix": os.path.join(R.HERE, "data", f"matrix-{scale:g}")}
+    ensure_data("make_trees.py", roots["trees"], scale, "TREES_VERSION")
+    ensure_data("make_matrix.py", roots["matrix"], scale, "MATRIX_VERSION")
+    for r in roots.values():
+        os.chmod(r, 0o755)
+    return roots
+
+
+TIME_BIN = "/usr/bin/time"
+
+
+def spawn_timed(argv, workdir=None):
+    """(wall seconds, exit status, output, {"cpu_s", "user_s", "rss_kb"}) of
+    one child run.  With GNU time (`/usr/bin/time`) the child is started by
+    it: a child forked from this Python process would report this process's
+    peak RSS (Linux keeps the larger of the old image's and the new one's
+    high-water mark across exec), while time's own is a megabyte or two.
+    Without it, wait4's rusage, whose ru_maxrss is then an upper bound."""
+    use_time = workdir is not None and os.access(TIME_BIN, os.X_OK)
+    stats = os.path.join(workdir, "probe-time.txt") if use_time else None
+    full = [TIME_BIN, "-o", stats, "-f", "%M %U %S", *argv] if use_time else argv
+    t0 = time.perf_counter()
+    p = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT)
+    out = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    secs = time.perf_counter() - t0
+    p.stdout.close()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    res = {"cpu_s": ru.ru_utime + ru.ru_stime, "user_s": ru.ru_utime, "rss_kb": ru.ru_maxrss,
+           "rss_from": "wait4"}
+    if use_time:
+        with open(stats) as f:
+            last = f.read().strip().splitlines()[-1].split()
+        res = {"rss_kb": int(last[0]), "user_s": float(last[1]),
+               "cpu_s": float(last[1]) + float(last[2]), "rss_from": "time"}
+    return secs, p.returncode, out.decode(errors="replace"), res
+
+
+def parse_verdict(out):
+    """The probe's verdict line: {"verdict": ok|fail|nomem|gone, counts...}."""
+    import re
+    m = re.search(r"^CELLAR-PROBE (\w+)(.*)$", out, re.M)
+    if not m:
+        return {"verdict": "none", "detail": out[-300:]}
+    v = {"verdict": m.group(1)}
+    f = m.group(2).split()
+    if v["verdict"] == "ok" and len(f) == 5 + len(VERDICT_FIELDS):
+        # dev ino size mtime_sec mtime_nsec, then the walk's counts
+        v.update(zip(VERDICT_FIELDS, (int(x) for x in f[5:])))
+    elif f:
+        v["detail"] = " ".join(f[5:])
+    return v
+
+
+def pctl(xs, q):
+    """The q-quantile (0..1) of xs, nearest rank (p50 of 9 runs = the 5th)."""
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
+
+
+def direct_probes(cfg, workdir, path, runs):
+    """`cellar --probe path` run `runs` times after one unmeasured run (the
+    file then sits in the page cache, as for a server that just saw it)."""
+    argv = [cfg["cellar_bin"], "--probe", path]
+    spawn_timed(argv, workdir)
+    out = []
+    for _ in range(runs):
+        secs, rc, text, use = spawn_timed(argv, workdir)
+        out.append({"seconds": secs, "rc": rc, **use, **parse_verdict(text)})
+    return out
+
+
+def probe_metrics(base):
+    """cellar_probe_seconds_total / _max and the ok count from /metrics."""
+    _, status, _, body = timed_get(base + "/metrics", timeout=30)
+    got = {}
+    if status != 200:
+        return got
+    for line in body.decode().splitlines():
+        for key, name in (("seconds_total", "cellar_probe_seconds_total "),
+                          ("seconds_max", "cellar_probe_seconds_max "),
+                          ("ok", 'cellar_probes_total{outcome="ok"} ')):
+            if line.startswith(name):
+                got[key] = float(line[len(name):])
+    return got
+
+
+def first_request(cfg, root, workdir, store, probe_on):
+    """One GET /v1/stores/{store} on a freshly started cellar.  A 503 (the
+    probe outlasted --probe-wait-seconds) is retried every 50 ms, as a
+    client honouring Retry-After would, and the time to the 200 kept."""
+    extra = () if probe_on else ("--probe", "0")
+    srv = start_cellar(cfg, root, workdir, f"probe-{'on' if probe_on else 'off'}", extra)
+    try:
+        t0 = time.perf_counter()
+        n503 = 0
+        while True:
+            _, status, _, body = timed_get(srv.base + f"/v1/stores/{store}", timeout=600)
+            if status != 503 or time.perf_counter() - t0 > 600:
+                break
+            n503 += 1
+            time.sleep(0.05)
+        secs = time.perf_counter() - t0
+        if status != 200:
+            raise RuntimeError(f"{store}: first request answered {status}: {body[:300]!r}")
+        res = {"seconds": secs, "n503": n503}
+        if probe_on:
+            res.update(probe_metrics(srv.base))
+        return res
+    finally:
+        srv.stop()
+
+
+def run_probe(cfg, workdir):
+    repeat = max(cfg.get("repeat", 1), 1)
+    runs = R.env_int("BENCH_PROBE_RUNS", PROBE_RUNS) * repeat
+    first_runs = R.env_int("BENCH_PROBE_FIRST_RUNS", PROBE_FIRST_RUNS) * repeat
+    roots = probe_roots(cfg)
+    # The floor of any probe: a process of the same binary started and
+    # reaped (`cellar --version`), measured in this run.
+    floor = [spawn_timed([cfg["cellar_bin"], "--version"], workdir)
+             for _ in range(runs + 1)][1:]
+    out = {"runs": runs, "first_runs": first_runs, "stores": {},
+           "floor_p50": pctl([f[0] for f in floor], 0.5), "floor_max": max(f[0] for f in floor),
+           "floor_rss_kb": max(f[3]["rss_kb"] for f in floor), "rss_from": floor[0][3]["rss_from"]}
+    R.log(f"probe: process floor (cellar --version) p50 {out['floor_p50'] * 1000:.1f} ms")
+    for kind, store in PROBE_STORES:
+        root = roots[kind]
+        path = os.path.join(root, store)
+        st = out["stores"][store] = {"kind": kind, "bytes": os.path.getsize(path)}
+        st["direct"] = direct_probes(cfg, workdir, path, runs)
+        d = st["direct"]
+        R.log(f"probe {store}: p50 {pctl([r['seconds'] for r in d], 0.5) * 1000:.1f} ms "
+              f"max {max(r['seconds'] for r in d) * 1000:.1f} ms, "
+              f"rss {max(r['rss_kb'] for r in d)} kB, verdict {d[0]['verdict']}")
+        # Probe off and on alternate (off first in even runs, on first in odd
+        # ones), so slow drift of the machine falls on both.
+        st["off"], st["on"] = [], []
+        for i in range(first_runs):
+            for on in ((False, True) if i % 2 == 0 else (True, False)):
+                st["on" if on else "off"].append(first_request(cfg, root, workdir, store, on))
+        R.log(f"probe {store}: first request off p50 "
+              f"{pctl([r['seconds'] for r in st['off']], 0.5) * 1000:.1f} ms, on p50 "
+              f"{pctl([r['seconds'] for r in st['on']], 0.5) * 1000:.1f} ms, server probe p50 "
+              f"{pctl([r.get('seconds_total', 0) for r in st['on']], 0.5) * 1000:.1f} ms")
+    return probe_markdown(cfg, out), probe_targets(out)
+
+
+def ms(s):
+    return f"{s * 1000:,.1f}" if s < 10 else f"{s * 1000:,.0f}"
+
+
+def probe_targets(out):
+    t = []
+    for store, st in out["stores"].items():
+        d = st["direct"]
+        bad = [r for r in d if r["verdict"] != "ok" or r.get("broken") or r.get("over_limit")]
+        t.append((f"{store}: probe verdict ok, nothing broken or past a walk bound",
+                  not bad, "ok" if not bad else
+                  f"{bad[0]['verdict']} broken {bad[0].get('broken')} over "
+                  f"{bad[0].get('over_limit')} {bad[0].get('detail', '')}"[:120]))
+        mx = max(r["seconds"] for r in d)
+        t.append((f"{store}: slowest probe under the default --probe-wait-seconds "
+                  f"({PROBE_DEFAULT_WAIT_S} s; {PROBE_DEFAULT_TIMEOUT_S} s is the deadline)",
+                  mx < PROBE_DEFAULT_WAIT_S, f"{ms(mx)} ms"))
+        rss = max(r["rss_kb"] for r in d)
+        t.append((f"{store}: probe peak RSS under the default --probe-memory-bytes (256 MiB)",
+                  rss * 1024 < PROBE_DEFAULT_MEMORY, f"{mb(rss)} MB"))
+        n503 = sum(r["n503"] for r in st["on"])
+        t.append((f"{store}: first request with the probe on answered without a 503",
+                  n503 == 0, f"{n503} 503s"))
+    return t
+
+
+def probe_markdown(cfg, out):
+    L = []
+    L.append(f"Every HDF5 store the harness writes, at BENCH_SCALE={cfg['scale']:g}: the core "
+             "stores (`bench/make_data.py`), the tree (`make_trees.py`: "
+             + ("999,999" if cfg["scale"] >= 1 else f"{int(round(1e6 * cfg['scale'])) - 1:,}")
+             + " nodes) and the CSR matrix (`make_matrix.py`). The probe is `cellar --probe "
+             "FILE` run directly, the way the server starts it (the file in the page cache "
+             f"after one unmeasured run), {out['runs']} times per store; wall time from spawn "
+             "to reaping; CPU and peak RSS "
+             + ("from GNU time (`/usr/bin/time -f '%M %U %S'`, started in between so the peak "
+                "is the probe's own)" if out["rss_from"] == "time" else
+                "from `wait4` (no `/usr/bin/time` here: the peak includes this Python "
+                "process's, which the child inherits across exec)")
+             + ". The reference is a process of the same binary started and reaped (`cellar "
+             f"--version`: p50 {ms(out['floor_p50'])} ms, max {ms(out['floor_max'])} ms, "
+             f"{mb(out['floor_rss_kb'])} MB peak RSS in this run), and the store's first "
+             "request with the probe off (below).")
+    L.append("")
+    L.append("| store | file MB | probe p50 ms | max ms | p50 / process start | "
+             "p50 / first request, probe off | CPU p50 ms | peak RSS MB | groups | datasets "
+             "| attributes | strings read | bytes read | chunk lookups |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for store, st in out["stores"].items():
+        d = st["direct"]
+        p50 = pctl([r["seconds"] for r in d], 0.5)
+        off = pctl([r["seconds"] for r in st["off"]], 0.5)
+        v = d[0]
+        counts = " | ".join(f"{v.get(k, '—'):,}" if isinstance(v.get(k), int) else "—"
+                            for k in VERDICT_FIELDS[:6])
+        L.append(f"| `{store}` | {st['bytes'] / 1e6:,.1f} | {ms(p50)} | "
+                 f"{ms(max(r['seconds'] for r in d))} | {p50 / out['floor_p50']:.1f}x | "
+                 f"{p50 / off:.2f}x | {ms(pctl([r['cpu_s'] for r in d], 0.5))} | "
+                 f"{mb(max(r['rss_kb'] for r in d))} | {counts} |")
+    L.append("")
+    L.append(f"First request: `GET /v1/stores/{{store}}` on a freshly started cellar "
+             f"(`--threads {cfg['threads']}`, `--root` the store's folder), {out['first_runs']} "
+             "times with the probe on (the default) and as many with `--probe 0`, alternated; "
+             "time from sending the request to the whole 200 answer (a 503 would be retried "
+             "every 50 ms and counted). *Server probe* is `cellar_probe_seconds_total` from "
+             "that server's /metrics after its one probe (the runner's own clock: fork, exec, "
+             "the walk, the verdict read back).")
+    L.append("")
+    L.append("| store | probe off p50 ms | probe on p50 ms | on / off | added p50 ms | "
+             "on max ms | server probe p50 ms | max ms | server probe / direct probe p50 |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for store, st in out["stores"].items():
+        off = pctl([r["seconds"] for r in st["off"]], 0.5)
+        on = pctl([r["seconds"] for r in st["on"]], 0.5)
+        sp = [r.get("seconds_total", 0.0) for r in st["on"]]
+        direct = pctl([r["seconds"] for r in st["direct"]], 0.5)
+        L.append(f"| `{store}` | {ms(off)} | {ms(on)} | {on / off:.2f}x | {ms(on - off)} | "
+                 f"{ms(max(r['seconds'] for r in st['on']))} | {ms(pctl(sp, 0.5))} | "
+                 f"{ms(max(sp))} | {pctl(sp, 0.5) / direct:.2f}x |")
+    L.append("")
+    L.append("Ratios are against the reference measured in the same run, on this noisy "
+             "2-core VM; `BENCH_REPEAT=n` multiplies the runs (n x "
+             f"{PROBE_RUNS} probes, n x {PROBE_FIRST_RUNS} first requests per mode). Peak RSS "
+             "is the probe's high-water mark (`ru_maxrss`); the server bounds the child's "
+             "resident size (`/proc/PID/statm`, every 10 ms) at `--probe-memory-bytes`. GNU "
+             "time reports CPU in 10 ms steps. *process start* is `cellar --version` "
+             "(the dynamic libraries, libhdf5's among them, loaded and the process reaped), "
+             "which every probe pays before its walk; the p50 of a probe less it is the walk.")
     return "\n".join(L)
