@@ -79,7 +79,9 @@ int zarr_json_parse(const char *text, size_t len, json_t **out, const char *what
  * blocks (a FIFO planted as a chunk hung requests).  0 with *fd >= 0 and
  * *size; 0 with *fd = -1 when there is no such file; CELLAR_EFORMAT when it
  * is not a regular file, leads outside the store or loops (detail names
- * rel); CELLAR_EIO for other failures. */
+ * rel) or cannot be opened; CELLAR_EIO when the system is out of
+ * descriptors or memory.  zarr_open_file_at (storage/zarr/zarr.h) on the
+ * store directory opened here. */
 int zarr_open_file(const char *store_dir, const char *rel, int *fd, uint64_t *size,
                    cellar_error *err);
 
