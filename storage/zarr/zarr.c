@@ -833,9 +833,18 @@ static int plain_segments(const char *path, size_t len)
     return 1;
 }
 
+/* Whether some segment of key ends in '~' (an editor's backup). */
+static int names_a_backup(const char *key)
+{
+    for (const char *p = key; *p; p++)
+        if (*p == '~' && (p[1] == '/' || p[1] == '\0'))
+            return 1;
+    return 0;
+}
+
 int zarr_store_has_key(node *root, const char *key)
 {
-    if (!root || root->ops != &zarr_ops || !key[0])
+    if (!root || root->ops != &zarr_ops || !key[0] || names_a_backup(key))
         return 0;
     const zarr_node *rz = root->impl;
     const char *slash = strrchr(key, '/');

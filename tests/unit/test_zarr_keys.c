@@ -108,7 +108,8 @@ void test_zarr_store_keys(void)
                                    "g/x/0", "g/x/0.0.0", "g/x/00.0", "g/x/0.0~",
                                    "g/x/.0.0.swp", "g/x/0.0.orig", "g/x/+1.0", "g/x/0/0",
                                    "y/0.0", "y/1", ".git/config", ".env", ".git/.zattrs",
-                                   "g/.hidden/.zattrs", "notes.txt", "g", "g/x", "", NULL};
+                                   "g/.hidden/.zattrs", "g~/.zattrs", "notes.txt", "g", "g/x", "",
+                                   NULL};
         check_keys(r2, yes2, no2);
         const char *const yes3[] = {"zarr.json", "a/zarr.json", "a/c/0/0", "a/c/1/0",
                                     "s/c", NULL};
