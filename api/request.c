@@ -72,6 +72,27 @@ int api_param_str(const api_request *req, const char *name, const char **out,
     return 0;
 }
 
+int api_param_int(const api_request *req, const char *name, int64_t lo, int64_t hi,
+                  int64_t *out, int *present, cellar_error *err)
+{
+    const char *v;
+    *present = 0;
+    int rc = api_param_str(req, name, &v, err);
+    if (rc || !v)
+        return rc;
+    int64_t x = 0;
+    rc = selection_parse_int(v, strlen(v), &x);
+    if (rc == 0 && x >= lo && x <= hi) {
+        *out = x;
+        *present = 1;
+        return 0;
+    }
+    return cellar_fail(err, CELLAR_EINVAL,
+                       "%s must be an integer from %" PRId64 " to %" PRId64 ", not '%.100s'%s",
+                       name, lo, hi, v,
+                       rc == SELECTION_INT_RANGE ? " (outside the 64-bit integer range)" : "");
+}
+
 static int split_commas(arena *a, const char *text, const char ***items, size_t *n)
 {
     size_t count = 0;

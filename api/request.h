@@ -112,6 +112,13 @@ typedef int (*api_handler)(api_request *req, api_response *res, cellar_error *er
 int api_param_str(const api_request *req, const char *name, const char **out,
                   cellar_error *err);
 
+/* An integer parameter in [lo, hi], from the query or the body (a body
+ * number is taken by its text).  *present is 0 when absent.  Anything else
+ * is CELLAR_EINVAL naming the parameter and the range: not a decimal
+ * integer, past int64 or outside [lo, hi] (never clamped or wrapped). */
+int api_param_int(const api_request *req, const char *name, int64_t lo, int64_t hi,
+                  int64_t *out, int *present, cellar_error *err);
+
 /* A list parameter: from the query split at commas, or from a body JSON array
  * (strings and integers taken as text, any characters allowed), or a body
  * string split at commas.  *items is NULL and *n 0 when absent. */

@@ -74,6 +74,39 @@ void config_usage(FILE *out)
     fprintf(out, "  %-22s %-28s %s\n", "--version", "", "print the version");
 }
 
+/* Longest duration a seconds flag takes (about 31 years). */
+#define CONFIG_MAX_SECONDS 1e9
+
+/* An unsigned flag: decimal digits only (no sign, blanks or hex, which
+ * strtoull would take: " -1" wraps to 2^64 - 1), checked against its
+ * field's width. */
+static int set_unsigned(char *base, opt_type type, const char *value)
+{
+    uint64_t v = 0;
+    if (!*value)
+        return -1;
+    for (const char *p = value; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        unsigned digit = (unsigned)(*p - '0');
+        if (v > (UINT64_MAX - digit) / 10)
+            return -1;
+        v = v * 10 + digit;
+    }
+    if (type == OPT_UINT) {
+        if (v > UINT_MAX)
+            return -1;
+        *(unsigned *)(void *)base = (unsigned)v;
+    } else if (type == OPT_SIZE) {
+        if (v > SIZE_MAX)
+            return -1;
+        *(size_t *)(void *)base = (size_t)v;
+    } else {
+        *(uint64_t *)(void *)base = v;
+    }
+    return 0;
+}
+
 static int set_value(server_config *cfg, const option_def *o, const char *value)
 {
     char *base = (char *)cfg + o->offset;
@@ -92,29 +125,17 @@ static int set_value(server_config *cfg, const option_def *o, const char *value)
             return -1;
         return 0;
     case OPT_DOUBLE: {
+        /* Seconds: finite and at most ~31 years, so that every conversion
+         * to milliseconds or a time_t stays in range (inf or 1e999 would
+         * not). */
         double d = strtod(value, &end);
-        if (errno || end == value || *end || d < 0)
+        if (errno || end == value || *end || !(d >= 0 && d <= CONFIG_MAX_SECONDS))
             return -1;
         *(double *)base = d;
         return 0;
     }
-    default: {
-        if (value[0] == '-')
-            return -1;
-        unsigned long long v = strtoull(value, &end, 10);
-        if (errno || end == value || *end)
-            return -1;
-        if (o->type == OPT_UINT) {
-            if (v > UINT_MAX)
-                return -1;
-            *(unsigned *)base = (unsigned)v;
-        } else if (o->type == OPT_SIZE) {
-            *(size_t *)base = (size_t)v;
-        } else {
-            *(uint64_t *)base = (uint64_t)v;
-        }
-        return 0;
-    }
+    default:
+        return set_unsigned(base, o->type, value);
     }
 }
 

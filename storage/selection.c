@@ -1,7 +1,6 @@
 #include "storage/selection.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,33 +17,50 @@ dim_sel dim_sel_range(int64_t start, int64_t count)
     return d;
 }
 
-/* Parses one optionally signed decimal integer occupying [s, e) after
- * trimming blanks; returns 0 on success. */
-static int parse_int(const char *s, const char *e, int64_t *out)
+int selection_parse_int(const char *s, size_t len, int64_t *out)
 {
+    const char *e = s + len;
     while (s < e && isspace((unsigned char)*s))
         s++;
     while (e > s && isspace((unsigned char)e[-1]))
         e--;
-    if (s == e || e - s > 24)
-        return -1;
-    char tmp[32];
-    memcpy(tmp, s, (size_t)(e - s));
-    tmp[e - s] = '\0';
-    const char *p = tmp;
-    if (*p == '-' || *p == '+')
-        p++;
-    if (!*p)
-        return -1;
-    for (; *p; p++)
-        if (!isdigit((unsigned char)*p))
-            return -1;
-    errno = 0;
-    char *end = NULL;
-    long long v = strtoll(tmp, &end, 10);
-    if (errno || *end)
-        return -1;
-    *out = (int64_t)v;
+    int negative = s < e && *s == '-';
+    if (s < e && (*s == '-' || *s == '+'))
+        s++;
+    if (s == e)
+        return SELECTION_INT_BAD;
+    /* The magnitude in uint64, checked before each step: INT64_MIN's is one
+     * more than INT64_MAX's. */
+    uint64_t limit = negative ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX, v = 0;
+    int too_big = 0;
+    for (; s < e; s++) {
+        if (*s < '0' || *s > '9')
+            return SELECTION_INT_BAD;
+        unsigned digit = (unsigned)(*s - '0');
+        if (v > (limit - digit) / 10)
+            too_big = 1;
+        else
+            v = v * 10 + digit;
+    }
+    if (too_big)
+        return SELECTION_INT_RANGE;
+    *out = negative ? (int64_t)(0 - v) : (int64_t)v;
+    return 0;
+}
+
+/* selection_parse_int on [s, e), failing with a detail that names `what`
+ * and the text: `form` says what was expected. */
+static int parse_item(const char *s, const char *e, const char *what, const char *form,
+                      int64_t *out, cellar_error *err)
+{
+    int rc = selection_parse_int(s, (size_t)(e - s), out);
+    int n = e - s > 100 ? 100 : (int)(e - s);
+    if (rc == SELECTION_INT_RANGE)
+        return cellar_fail(err, CELLAR_EINVAL,
+                           "%s: '%.*s' is outside the 64-bit integer range (-2^63 to 2^63-1)",
+                           what, n, s);
+    if (rc)
+        return cellar_fail(err, CELLAR_EINVAL, "%s: '%.*s' is not %s", what, n, s, form);
     return 0;
 }
 
@@ -77,9 +93,10 @@ static int parse_slice(const char *text, const char *what, selection *out, cella
     for (int i = 0; i < n; i++) {
         if (is_blank(parts[i][0], parts[i][1]))
             continue;
-        if (parse_int(parts[i][0], parts[i][1], vals[i]))
-            return cellar_fail(err, CELLAR_EINVAL,
-                               "%s: '%s' is not start:stop[:step] with integers", what, text);
+        int rc = parse_item(parts[i][0], parts[i][1], what,
+                            "an integer (a slice is start:stop[:step])", vals[i], err);
+        if (rc)
+            return rc;
         *has[i] = 1;
     }
     if (out->has_step && out->step == 0)
@@ -100,9 +117,9 @@ static int parse_list(const char *text, const char *what, arena *a, selection *o
     for (size_t i = 0; i < n; i++) {
         const char *c = strchr(s, ',');
         const char *e = c ? c : s + strlen(s);
-        if (parse_int(s, e, &items[i]))
-            return cellar_fail(err, CELLAR_EINVAL,
-                               "%s: item %zu of '%.100s' is not an integer", what, i + 1, text);
+        int rc = parse_item(s, e, what, "an integer (a list is like 3,17,42)", &items[i], err);
+        if (rc)
+            return rc;
         s = e + 1;
     }
     out->is_list = 1;
@@ -179,6 +196,9 @@ static void slice_indices(const selection *s, int64_t length, int64_t *start, in
 int selection_resolve(const selection *sel, int64_t length, const char *what, arena *a,
                       dim_sel *out, cellar_error *err)
 {
+    if (length < 0)
+        return cellar_fail(err, CELLAR_EFORMAT, "%s: the axis has a negative length %lld", what,
+                           (long long)length);
     if (!sel->is_list) {
         int64_t b, e, st;
         if (sel->has_step && sel->step == 0)

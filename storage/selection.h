@@ -36,6 +36,15 @@ typedef struct dim_sel {
     const int64_t *index; /* arena-owned, or NULL for a slice */
 } dim_sel;
 
+/* Parses len bytes at s as one decimal integer: an optional sign, digits
+ * only (blanks around it allowed; no hex, no exponent, no fraction).
+ * Returns 0 with *out set, SELECTION_INT_BAD when it is not an integer, or
+ * SELECTION_INT_RANGE when it is one outside int64 (never a wrap).  Every
+ * integer a request gives goes through it. */
+#define SELECTION_INT_BAD (-1)
+#define SELECTION_INT_RANGE (-2)
+int selection_parse_int(const char *s, size_t len, int64_t *out);
+
 /* The whole axis. */
 selection selection_all(void);
 
@@ -68,12 +77,15 @@ static inline int64_t dim_sel_at(const dim_sel *d, int64_t i)
 static inline int64_t dim_sel_run_in_chunk(const dim_sel *s, int64_t k, int64_t chunk,
                                            int64_t *chunk_no)
 {
-    int64_t pos = s->start + k * s->step, c = pos / chunk, n;
+    /* From the offset inside the chunk, so that nothing near INT64_MAX is
+     * formed; |step| unsigned (it may be INT64_MIN). */
+    int64_t pos = s->start + k * s->step, in = pos % chunk, n;
+    uint64_t abs_step = s->step < 0 ? (uint64_t)0 - (uint64_t)s->step : (uint64_t)s->step;
     if (s->step > 0)
-        n = ((c + 1) * chunk - 1 - pos) / s->step + 1;
+        n = (int64_t)((uint64_t)(chunk - 1 - in) / abs_step) + 1;
     else
-        n = (pos - c * chunk) / -s->step + 1;
-    *chunk_no = c;
+        n = (int64_t)((uint64_t)in / abs_step) + 1;
+    *chunk_no = pos / chunk;
     return n > s->count - k ? s->count - k : n;
 }
 

@@ -162,25 +162,6 @@ static void w_members(buf *b, const char *attrs, const char *const *drop)
 
 /* ---- parameters and lookups ---- */
 
-static int parse_int_param(const api_request *req, const char *name, int64_t lo, int64_t hi,
-                           int64_t *out, int *present, cellar_error *err)
-{
-    const char *v;
-    *present = 0;
-    int rc = api_param_str(req, name, &v, err);
-    if (rc || !v)
-        return rc;
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    if (!*v || *end || x < lo || x > hi)
-        return cellar_fail(err, CELLAR_EINVAL,
-                           "%s must be an integer from %" PRId64 " to %" PRId64 ", not '%s'", name,
-                           lo, hi, v);
-    *out = x;
-    *present = 1;
-    return 0;
-}
-
 static int parse_f64_param(const api_request *req, const char *name, double *out, int *present,
                            cellar_error *err)
 {
@@ -191,8 +172,11 @@ static int parse_f64_param(const api_request *req, const char *name, double *out
         return rc;
     char *end;
     double x = strtod(v, &end);
-    if (!*v || *end || isnan(x))
-        return cellar_fail(err, CELLAR_EINVAL, "%s must be a number, not '%s'", name, v);
+    /* Finite only: the box is echoed in the answer, where JSON has no
+     * infinity (and 1e999 overflows to one). */
+    if (!*v || *end || !isfinite(x))
+        return cellar_fail(err, CELLAR_EINVAL, "%s must be a finite number, not '%.100s'", name,
+                           v);
     *out = x;
     *present = 1;
     return 0;
@@ -308,7 +292,7 @@ static int open_tree(api_request *req, tree_req *tr, const char *const *extra, u
         return rc;
     int64_t mx = default_max;
     int present;
-    if ((rc = parse_int_param(req, "max_nodes", 1, INT32_MAX - 1, &mx, &present, err)))
+    if ((rc = api_param_int(req, "max_nodes", 1, INT32_MAX - 1, &mx, &present, err)))
         return rc;
     tr->max_nodes = (int32_t)mx;
     if (req->raw)
@@ -769,7 +753,7 @@ int api_tree_subtree(api_request *req, api_response *res, cellar_error *err)
     int64_t depth = -1;
     int has_depth;
     if ((rc = node_param(req, &tr, "root", 0, &root, err)) ||
-        (rc = parse_int_param(req, "depth", 0, INT32_MAX, &depth, &has_depth, err)))
+        (rc = api_param_int(req, "depth", 0, INT32_MAX, &depth, &has_depth, err)))
         return rc;
     int64_t whole = root >= 0 ? tree_index_subtree_end(t, root) - tree_index_preorder(t, root)
                               : tree_index_node_count(t);
