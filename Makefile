@@ -88,25 +88,27 @@ fuzz-replay: $(FUZZ_BIN)
 
 # Every fuzz target under libFuzzer for FUZZ_SECONDS each (not part of make
 # test; needs clang, which make fuzz installs).  New inputs go to
-# build-fuzz/corpus/<name> (seeded from tests/fuzz/corpus/<name>); a crash
-# leaves its input in build-fuzz/ and fails the run: fix it, then add the
-# input to tests/fuzz/corpus/<name> so make test replays it.
+# $(FUZZ_BUILD)/corpus/<name> (seeded from tests/fuzz/corpus/<name>); a crash
+# leaves its input in $(FUZZ_BUILD)/ and fails the run: fix it, then add the
+# input to tests/fuzz/corpus/<name> so make test replays it.  FUZZ_TARGETS
+# picks some (e.g. FUZZ_TARGETS="selection tree_json").
 FUZZ_SECONDS ?= 180
+FUZZ_BUILD ?= build-fuzz
+FUZZ_TARGETS ?= $(FUZZ_SRC:tests/fuzz/%_fuzz.c=%)
 fuzz:
 	@command -v clang >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang; }
-	$(MAKE) CC=clang SANITIZE=address,undefined BUILD=build-fuzz WARN="-Wall -Wextra -Wno-format-nonliteral" \
-	  CFLAGS="-O1 -g -fsanitize=fuzzer-no-link" build-fuzz/libcellar.a
-	@set -e; mkdir -p build-fuzz/bin; for src in $(FUZZ_SRC); do \
-	  n=$$(basename $$src .c); c=$${n%_fuzz}; \
+	$(MAKE) CC=clang SANITIZE=address,undefined BUILD=$(FUZZ_BUILD) WARN="-Wall -Wextra -Wno-format-nonliteral" \
+	  CFLAGS="-O1 -g -fsanitize=fuzzer-no-link" $(FUZZ_BUILD)/libcellar.a
+	@set -e; mkdir -p $(FUZZ_BUILD)/bin; for c in $(FUZZ_TARGETS); do n=$${c}_fuzz; \
 	  clang -std=c11 -D_GNU_SOURCE -DCELLAR_LIBFUZZER -O1 -g -I. \
 	    $$(pkg-config --cflags $(PKGS)) -fsanitize=fuzzer,address,undefined \
-	    $$src build-fuzz/libcellar.a -o build-fuzz/bin/$$n $(LDLIBS); \
-	  mkdir -p build-fuzz/corpus/$$c; cp -n tests/fuzz/corpus/$$c/* build-fuzz/corpus/$$c/ 2>/dev/null || true; \
+	    tests/fuzz/$$n.c $(FUZZ_BUILD)/libcellar.a -o $(FUZZ_BUILD)/bin/$$n $(LDLIBS); \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$c; cp -n tests/fuzz/corpus/$$c/* $(FUZZ_BUILD)/corpus/$$c/ 2>/dev/null || true; \
 	  echo "== $$n: $(FUZZ_SECONDS) s"; \
-	  (cd build-fuzz && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  (cd $(FUZZ_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	    ./bin/$$n -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 corpus/$$c > $$n.log 2>&1) || \
-	    { tail -60 build-fuzz/$$n.log; echo "$$n: crashed (input in build-fuzz/)"; exit 1; }; \
-	  grep -E 'stat::number_of_executed_units|Done [0-9]+ runs' build-fuzz/$$n.log; \
+	    { tail -60 $(FUZZ_BUILD)/$$n.log; echo "$$n: crashed (input in $(FUZZ_BUILD)/)"; exit 1; }; \
+	  grep -E 'stat::number_of_executed_units|Done [0-9]+ runs' $(FUZZ_BUILD)/$$n.log; \
 	done
 
 run: deps
