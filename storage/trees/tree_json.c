@@ -842,10 +842,12 @@ static int batch_flush(tree_builder *b, cellar_error *err)
     return rc;
 }
 
-/* Copies the id into the batch's text; its offset, or SIZE_MAX. */
+/* Copies the id into the batch's text; its offset, or SIZE_MAX.  The text
+ * is allocated even for empty ids only, so that batch_flush never offsets a
+ * NULL pointer. */
 static size_t batch_text(tree_builder *b, const char *s, size_t n)
 {
-    if (b->btext_len + n > b->btext_cap) {
+    if (b->btext_len + n > b->btext_cap || !b->btext) {
         size_t cap = b->btext_cap ? b->btext_cap : 1024;
         while (cap < b->btext_len + n)
             cap *= 2;
@@ -856,7 +858,7 @@ static size_t batch_text(tree_builder *b, const char *s, size_t n)
         b->btext_cap = cap;
     }
     size_t at = b->btext_len;
-    if (n) /* an empty id: s and btext may both be NULL */
+    if (n) /* an empty id: s may be NULL */
         memcpy(b->btext + at, s, n);
     b->btext_len += n;
     return at;
