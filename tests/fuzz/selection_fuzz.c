@@ -2,7 +2,8 @@
  * (what rows=, cols= and mod_rows= take).  Input: bytes 0-7 give the axis
  * length (little-endian, any int64, negative ones made positive); the rest
  * is the selection text.  Every resolved position must lie in the axis; a
- * refusal must say why.
+ * refusal must say why; a slice's chunk runs (dim_sel_run_in_chunk, chunk
+ * size from bytes 0-1) must cover it chunk by chunk.
  * With libFuzzer: cc -DCELLAR_LIBFUZZER -fsanitize=fuzzer,address ...;
  * without it, main() replays tests/fuzz/corpus/selection or the paths given. */
 #include <stdint.h>
@@ -12,6 +13,22 @@
 #include "common/arena.h"
 #include "storage/selection.h"
 #include "tests/fuzz/fuzz.h"
+
+/* Walks a resolved slice chunk by chunk as the readers do: every run stays
+ * in its chunk, is at least one long and the runs cover the slice. */
+static void check_chunk_runs(const dim_sel *d, int64_t chunk)
+{
+    int64_t k = 0;
+    for (int runs = 0; k < d->count && runs < 10000; runs++) {
+        int64_t c = -1, n = dim_sel_run_in_chunk(d, k, chunk, &c);
+        MUST(n >= 1 && n <= d->count - k);
+        int64_t first = dim_sel_at(d, k), last = dim_sel_at(d, k + n - 1);
+        MUST(first / chunk == c && last / chunk == c);
+        if (k + n < d->count)
+            MUST(dim_sel_at(d, k + n) / chunk != c);
+        k += n;
+    }
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -54,6 +71,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* the last position, computed without overflow */
         __int128 last = (__int128)d.start + (__int128)d.step * (d.count - 1);
         MUST(last >= 0 && last < length);
+        /* chunks of a few entries, or a third of the axis (huge ones) */
+        check_chunk_runs(&d, data[0] & 2 ? 1 + data[1] % 64 : length / 3 + 1);
     }
 done:
     arena_free(a);
