@@ -582,10 +582,12 @@ static void discard_response(api_response *res)
     res->stored_bytes = 0;
 }
 
-/* Runs the route's handler.  Reads are lazy, so a store file rewritten in
- * place while the handler read it may have mixed bytes of its next version
- * into the answer: when the file changed, the answer is thrown away and
- * made again from the new version (a few times, then 503). */
+/* Runs the route's handler.  Reads are lazy, so a store rewritten in place
+ * while the handler read it may have mixed bytes of its next version into
+ * the answer: when the store changed (an HDF5 file's identity, or any zarr
+ * file the version read: storage/zarr/zarr_impl.h), the answer is thrown
+ * away and made again from a new version (a few times, a few ms apart so
+ * a new version opens past the last write, then 503). */
 static int run_handler(request_ctx *ctx, cellar_error *err)
 {
     enum { ATTEMPTS = 3 };
@@ -606,6 +608,8 @@ static int run_handler(request_ctx *ctx, cellar_error *err)
         req->store = NULL;
         ctx->answer_key = NULL; /* its key names the version that changed */
         cellar_error_clear(err);
+        struct timespec pause = {0, 5 * 1000 * 1000 * attempt};
+        nanosleep(&pause, NULL);
         rc = api_open_store(req, err);
         if (rc)
             return rc;

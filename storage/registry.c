@@ -36,7 +36,22 @@ typedef struct file_identity {
     struct timespec mtime;
     struct timespec dir_mtime; /* zarr: the directory's own mtime */
     unsigned meta;             /* zarr: bit i set when zarr_meta[i] exists */
+    /* zarr: the newest change an earlier version of this name saw in its
+     * files while it served (zarr_changed_since_open), 0 when none.  Not
+     * on disk but part of the ETag: a store rewritten in place with its
+     * root metadata unchanged still gets a new one.  identity_equal
+     * ignores it. */
+    int64_t rewritten;
 } file_identity;
+
+/* The newest in-place rewrite seen per store name (file_identity.rewritten),
+ * kept past its versions so every later version's ETag differs from the
+ * ones before the rewrite. */
+typedef struct rewrite_mark {
+    char *name;
+    int64_t at;
+} rewrite_mark;
+#define REWRITE_MARKS_MAX 4096
 
 /* The root metadata documents of a zarr store, part of its identity. */
 static const char *const zarr_meta[] = {"zarr.json", ".zmetadata", ".zgroup", ".zattrs"};
@@ -76,6 +91,8 @@ struct registry {
     store **open;      /* current versions */
     store *retired;    /* older versions still referenced by requests */
     size_t n_open, cap_open;
+    rewrite_mark *marks; /* guarded by lock */
+    size_t n_marks, cap_marks;
 };
 
 static const char *const store_suffixes[] = {".h5ad", ".h5mu", ".h5td", ".h5", ".zarr"};
@@ -211,6 +228,7 @@ static int read_identity_as(const char *path, store_backend backend, const file_
     id->mtime = st.st_mtim;
     id->dir_mtime = st.st_mtim;
     id->meta = 0;
+    id->rewritten = 0;
     if (backend != BACKEND_ZARR)
         return 0;
     char p[PATH_MAX];
@@ -246,6 +264,54 @@ static int identity_equal(const file_identity *a, const file_identity *b)
            a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
            a->dir_mtime.tv_sec == b->dir_mtime.tv_sec &&
            a->dir_mtime.tv_nsec == b->dir_mtime.tv_nsec && a->meta == b->meta;
+}
+
+/* Whether a file the version read changed after it opened: zarr reads
+ * note it (storage/zarr/zarr_impl.h, zarr_dir); an HDF5 file rewritten in
+ * place changes the file's own identity instead. */
+static int store_files_changed(const store *s)
+{
+    return s->backend == BACKEND_ZARR && s->root && zarr_changed_since_open(s->root) != 0;
+}
+
+static int64_t rewrite_mark_of_locked(const registry *r, const char *name)
+{
+    for (size_t i = 0; i < r->n_marks; i++)
+        if (!strcmp(r->marks[i].name, name))
+            return r->marks[i].at;
+    return 0;
+}
+
+/* Raises name's mark to at.  At REWRITE_MARKS_MAX names the oldest entry
+ * goes (a later version of that store may then reuse an ETag it had
+ * before its rewrite: only after 4096 other stores were rewritten). */
+static void mark_rewrite_locked(registry *r, const char *name, int64_t at)
+{
+    for (size_t i = 0; i < r->n_marks; i++) {
+        if (!strcmp(r->marks[i].name, name)) {
+            if (at > r->marks[i].at)
+                r->marks[i].at = at;
+            return;
+        }
+    }
+    char *copy = strdup(name);
+    if (!copy)
+        return;
+    if (r->n_marks == REWRITE_MARKS_MAX) {
+        free(r->marks[0].name);
+        memmove(r->marks, r->marks + 1, --r->n_marks * sizeof *r->marks);
+    }
+    if (r->n_marks == r->cap_marks) {
+        size_t cap = r->cap_marks ? r->cap_marks * 2 : 8;
+        rewrite_mark *grown = realloc(r->marks, cap * sizeof *grown);
+        if (!grown) {
+            free(copy);
+            return;
+        }
+        r->marks = grown;
+        r->cap_marks = cap;
+    }
+    r->marks[r->n_marks++] = (rewrite_mark){copy, at};
 }
 
 registry *registry_new(const registry_config *cfg, cellar_error *err)
@@ -319,6 +385,9 @@ void registry_free(registry *r)
     pthread_mutex_destroy(&r->open_lock);
     pthread_mutex_destroy(&r->zarr_open_lock);
     pthread_cond_destroy(&r->released);
+    for (size_t i = 0; i < r->n_marks; i++)
+        free(r->marks[i].name);
+    free(r->marks);
     free(r->open);
     free(r->root);
     free(r);
@@ -369,9 +438,15 @@ static int store_open(registry *r, const char *name, const char *path,
     if (rc)
         goto done;
     s->kind = store_kind_detect(s->root);
-    snprintf(s->etag, sizeof s->etag, "\"%lx-%lx-%llx-%llx.%lx\"", (unsigned long)id->dev,
-             (unsigned long)id->ino, (unsigned long long)id->size,
-             (unsigned long long)id->mtime.tv_sec, (unsigned long)id->mtime.tv_nsec);
+    if (id->rewritten)
+        snprintf(s->etag, sizeof s->etag, "\"%lx-%lx-%llx-%llx.%lx-r%llx\"",
+                 (unsigned long)id->dev, (unsigned long)id->ino, (unsigned long long)id->size,
+                 (unsigned long long)id->mtime.tv_sec, (unsigned long)id->mtime.tv_nsec,
+                 (unsigned long long)id->rewritten);
+    else
+        snprintf(s->etag, sizeof s->etag, "\"%lx-%lx-%llx-%llx.%lx\"", (unsigned long)id->dev,
+                 (unsigned long)id->ino, (unsigned long long)id->size,
+                 (unsigned long long)id->mtime.tv_sec, (unsigned long)id->mtime.tv_nsec);
 done:
     if (rc) {
         store_free(s);
@@ -472,7 +547,9 @@ static store *take_current_locked(registry *r, const char *name, const file_iden
 {
     size_t pos = 0;
     store *cur = find_open(r, name, &pos);
-    if (cur && identity_equal(&cur->id, id)) {
+    if (cur && store_files_changed(cur))
+        mark_rewrite_locked(r, name, zarr_changed_since_open(cur->root));
+    if (cur && identity_equal(&cur->id, id) && !store_files_changed(cur)) {
         cur->refs++;
         cur->last_used = now_seconds();
         return cur;
@@ -520,6 +597,7 @@ static int open_stable(registry *r, const char *name, const char *path,
             return 0;
         }
         store_free(s);
+        after.rewritten = before.rewritten;
         before = after;
         struct timespec pause = {0, 20 * 1000 * 1000};
         nanosleep(&pause, NULL);
@@ -549,8 +627,12 @@ static int open_and_install(registry *r, const char *name, const char *path,
     if (*out || rc)
         return rc;
 
+    file_identity marked = *id;
+    pthread_mutex_lock(&r->lock);
+    marked.rewritten = rewrite_mark_of_locked(r, name);
+    pthread_mutex_unlock(&r->lock);
     store *fresh = NULL;
-    rc = open_stable(r, name, path, id, &fresh, err);
+    rc = open_stable(r, name, path, &marked, &fresh, err);
     if (rc) {
         if (rc == CELLAR_EFORMAT)
             fprintf(stderr, "cellar: store '%s' is not readable: %s\n", name,
@@ -595,7 +677,7 @@ static store *take_unchanged(registry *r, const char *name)
         return NULL;
     pthread_mutex_lock(&r->lock);
     cur = find_open(r, name, NULL);
-    if (cur && identity_equal(&cur->id, &id)) {
+    if (cur && identity_equal(&cur->id, &id) && !store_files_changed(cur)) {
         cur->refs++;
         cur->last_used = now_seconds();
     } else {
@@ -889,7 +971,7 @@ node *store_root(store *s)
 int store_unchanged(const store *s)
 {
     file_identity now;
-    return read_identity_as(s->path, s->backend, &s->id, &now) == 0 &&
+    return !store_files_changed(s) && read_identity_as(s->path, s->backend, &s->id, &now) == 0 &&
            identity_equal(&now, &s->id);
 }
 

@@ -3,7 +3,9 @@
  * zarrita.js) read a store through cellar unchanged.
  *
  * The key's file is opened here and handed to the server as res->fd, which
- * sends it with sendfile (no copy, no compression).  Keys are resolved as
+ * sends it with sendfile (no copy, no compression); a key written in the
+ * last SETTLED_SECONDS is copied and checked unchanged instead, since it
+ * may be being rewritten in place.  Keys are resolved as
  * strictly as store names: plain relative segments only, opened beneath
  * the store directory (zarr_open_file_at: a symlink that leads out is not
  * even opened, a FIFO or device is never read), and the opened file must
@@ -367,7 +369,7 @@ typedef struct built_doc {
     size_t len;
 } built_doc;
 
-/* Builds .zmetadata for a v2 store; the store directory is ctx. */
+/* Builds .zmetadata for a v2 store; ctx is the version's root node. */
 static int build_zmetadata(void *ctx, void **value, size_t *bytes, cellar_error *err)
 {
     built_doc *doc = calloc(1, sizeof *doc);
@@ -417,7 +419,7 @@ static int built_doc_get(store *s, int v3, const built_doc **out, cellar_error *
 {
     void *value = NULL;
     int rc = store_derived(s, v3 ? "zarr-raw:zarr.json" : "zarr-raw:.zmetadata",
-                           v3 ? build_zarr_json : build_zmetadata, (void *)store_path(s),
+                           v3 ? build_zarr_json : build_zmetadata, store_root(s),
                            free_zmetadata, &value, err);
     *out = value;
     return rc;
@@ -589,6 +591,46 @@ static char *read_small_key(raw_keys *keys, int fd, const struct stat *st)
     return bytes;
 }
 
+/* A key written this recently may be being rewritten in place, so it is
+ * not handed to sendfile (which would send whatever the file holds as it
+ * goes) but copied and checked unchanged after the copy.  Keys of up to
+ * UNSETTLED_COPY_MAX bytes; larger ones are sent as they are. */
+#define UNSETTLED_COPY_MAX ((uint64_t)16 << 20)
+
+static int recently_changed(const struct stat *st)
+{
+    time_t now = time(NULL);
+    return st->st_mtim.tv_sec > now - SETTLED_SECONDS || st->st_ctim.tv_sec > now - SETTLED_SECONDS;
+}
+
+/* Appends bytes [first, first + len) of the file open as fd (stat'ed as
+ * st when opened) to body.  0; 1 when the file changed meanwhile (body
+ * emptied); CELLAR_EIO or CELLAR_ENOMEM. */
+static int copy_unchanged(int fd, const struct stat *st, uint64_t first, uint64_t len, buf *body)
+{
+    char *to = buf_reserve(body, (size_t)len ? (size_t)len : 1);
+    if (!to)
+        return CELLAR_ENOMEM;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = pread(fd, to + got, (size_t)len - got,
+                          (off_t)(first + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    struct stat after;
+    if (fstat(fd, &after) != 0)
+        return CELLAR_EIO;
+    if (got < len || after.st_size != st->st_size ||
+        after.st_ctim.tv_sec != st->st_ctim.tv_sec || after.st_ctim.tv_nsec != st->st_ctim.tv_nsec)
+        return 1;
+    body->len += got;
+    return 0;
+}
+
 /* Whether the slot of key holds its bytes (a hint: checked again under
  * the lock by raw_keys_copy). */
 static int raw_keys_has_bytes(raw_keys *keys, const char *key, uint64_t hash)
@@ -639,7 +681,9 @@ static void raw_keys_free(void *value)
     free(keys);
 }
 
-/* Opens the store directory (ctx, its canonical path) for this version. */
+/* Takes this version's own store directory (ctx is its root node): keys
+ * are opened beneath the directory the version opened, so a store
+ * replaced by another under its name is never read half from each. */
 static int raw_keys_build(void *ctx, void **value, size_t *bytes, cellar_error *err)
 {
     raw_keys *keys = calloc(1, sizeof *keys);
@@ -647,7 +691,8 @@ static int raw_keys_build(void *ctx, void **value, size_t *bytes, cellar_error *
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
     for (size_t i = 0; i < KEY_LOCKS; i++)
         pthread_mutex_init(&keys->locks[i], NULL);
-    keys->dirfd = open(ctx, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dir = zarr_directory_fd(ctx);
+    keys->dirfd = dir < 0 ? -1 : fcntl(dir, F_DUPFD_CLOEXEC, 0);
     if (keys->dirfd < 0) {
         raw_keys_free(keys);
         return cellar_fail(err, CELLAR_EIO, "cannot open the store directory");
@@ -660,18 +705,24 @@ static int raw_keys_build(void *ctx, void **value, size_t *bytes, cellar_error *
 static int raw_keys_get(store *s, raw_keys **out, cellar_error *err)
 {
     void *value = NULL;
-    int rc = store_derived(s, "zarr-raw:keys", raw_keys_build, (void *)store_path(s),
+    int rc = store_derived(s, "zarr-raw:keys", raw_keys_build, store_root(s),
                            raw_keys_free, &value, err);
     *out = value;
     return rc;
 }
 
-/* Whether the file open as fd lies inside dir (a canonical path), judged
- * on the opened file itself; dir/key is what was opened (for the fallback
- * when /proc is not mounted). */
-static int fd_inside(int fd, const char *dir, const char *key)
+/* Whether the file open as fd lies inside the store directory open as
+ * dirfd (where it is now) or, without /proc, inside dir (its canonical
+ * path), judged on the opened file itself; dir/key is what was opened. */
+static int fd_inside(int fd, int dirfd, const char *dir, const char *key)
 {
-    char link[64], real[PATH_MAX + 1];
+    char link[64], real[PATH_MAX + 1], dir_now[PATH_MAX + 1];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", dirfd);
+    ssize_t dn = readlink(link, dir_now, sizeof dir_now - 1);
+    if (dn > 0) {
+        dir_now[dn] = '\0';
+        dir = dir_now;
+    }
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
     ssize_t n = readlink(link, real, sizeof real - 1);
     if (n > 0) {
@@ -720,7 +771,7 @@ static int open_key(arena *a, raw_keys *keys, const char *dir, const char *store
                 raw_keys_put(keys, key, hash, o, bytes);
         }
     } else {
-        if (!fd_inside(fd, dir, key)) {
+        if (!fd_inside(fd, keys->dirfd, dir, key)) {
             fprintf(stderr, "cellar: refused zarr key '%.300s': resolves outside its store\n",
                     log_text(a, key));
             close(fd);
@@ -819,7 +870,7 @@ int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
     int missing = 0;
     int orc = open_key(req->arena, keys, store_path(s), store_etag(s), key, hash, &o, &missing);
     const built_doc *built = NULL;
-    if (orc && missing && !strcmp(key, ".zmetadata") && zarr_store_version(store_path(s)) == 2) {
+    if (orc && missing && !strcmp(key, ".zmetadata") && zarr_format(store_root(s)) == 2) {
         rc = built_doc_get(s, 0, &built, err);
         return rc ? rc : serve_built_doc(req, res, built, "zmetadata", err);
     }
@@ -850,6 +901,16 @@ int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
         return rc;
     }
     res->content_type = key_content_type(key);
+    if (recently_changed(&o.st) && len <= UNSETTLED_COPY_MAX) {
+        res->stored_bytes = 1;
+        rc = copy_unchanged(o.fd, &o.st, first, len, &res->body);
+        close(o.fd);
+        if (rc == 1)
+            return cellar_fail(err, CELLAR_EUNAVAILABLE,
+                               "key '%.300s' of '%.300s' changed while it was read; retry", key,
+                               name);
+        return rc ? cellar_fail(err, rc, "cannot read key '%.300s' of '%.300s'", key, name) : 0;
+    }
     res->fd = o.fd;
     res->fd_offset = first;
     res->fd_length = len;

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,7 @@
 #define ZARR_MAX_DEPTH 64
 
 typedef struct zarr_store {
-    char *dir;
+    zarr_dir files;   /* the version's directory: every read goes beneath it */
     int version;
     json_t *root_doc; /* v3: the root zarr.json */
     json_t *cmeta;    /* consolidated: relpath keys -> documents; NULL when none */
@@ -30,7 +31,6 @@ typedef struct zarr_node {
     zarr_store *store; /* owned by the root's zarr_node */
     int owns_store;
     char *rel;         /* path below the store, "" for the root */
-    char *dir;         /* the node's directory */
     int is_array;
     zarr_array arr;
 } zarr_node;
@@ -65,7 +65,7 @@ static char *join_path(const char *a, const char *b)
 
 /* Reads and parses dir/rel/file; *missing set (and 0 returned) when the file
  * does not exist. */
-static int load_json(const char *dir, const char *rel, const char *file, json_t **out,
+static int load_json(zarr_dir *dir, const char *rel, const char *file, json_t **out,
                      int *missing, cellar_error *err)
 {
     *out = NULL;
@@ -78,7 +78,7 @@ static int load_json(const char *dir, const char *rel, const char *file, json_t 
     uint64_t file_size = 0;
     cellar_error local;
     cellar_error_clear(&local);
-    int rc = zarr_open_file(dir, path, &fd, &file_size, &local);
+    int rc = zarr_dir_open_file(dir, path, &fd, &file_size, &local);
     if (rc)
         return cellar_fail(err, rc, "metadata %s", local.detail);
     if (fd < 0) {
@@ -107,6 +107,7 @@ static int load_json(const char *dir, const char *rel, const char *file, json_t 
         }
         got += (size_t)r;
     }
+    zarr_dir_note_fd(dir, fd);
     char what[600];
     snprintf(what, sizeof what, "'/%s' %s", rel, file);
     rc = zarr_json_parse(buf, size, out, what, err);
@@ -116,7 +117,7 @@ done:
     return rc;
 }
 
-static int file_exists(const char *dir, const char *rel, const char *file)
+static int file_exists(zarr_dir *dir, const char *rel, const char *file)
 {
     char path[4096];
     int n = snprintf(path, sizeof path, "%s%s%s", rel, rel[0] ? "/" : "", file);
@@ -126,7 +127,7 @@ static int file_exists(const char *dir, const char *rel, const char *file)
     uint64_t size = 0;
     cellar_error ignored;
     cellar_error_clear(&ignored);
-    if (zarr_open_file(dir, path, &fd, &size, &ignored) || fd < 0)
+    if (zarr_dir_open_file(dir, path, &fd, &size, &ignored) || fd < 0)
         return 0;
     close(fd);
     return 1;
@@ -155,17 +156,17 @@ static int meta_v2(zarr_store *s, const char *rel, zmeta *m, cellar_error *err)
         return 0;
     }
     int missing = 0;
-    int rc = load_json(s->dir, rel, ".zarray", &m->array, &missing, err);
+    int rc = load_json(&s->files, rel, ".zarray", &m->array, &missing, err);
     if (rc)
         return rc;
     if (missing) {
-        if (!file_exists(s->dir, rel, ".zgroup"))
+        if (!file_exists(&s->files, rel, ".zgroup"))
             return 0;
     } else {
         m->is_array = 1;
     }
     m->found = 1;
-    return load_json(s->dir, rel, ".zattrs", &m->attrs, &missing, err);
+    return load_json(&s->files, rel, ".zattrs", &m->attrs, &missing, err);
 }
 
 static int meta_v3(zarr_store *s, const char *rel, zmeta *m, cellar_error *err)
@@ -177,7 +178,7 @@ static int meta_v3(zarr_store *s, const char *rel, zmeta *m, cellar_error *err)
         doc = json_incref(json_object_get(s->cmeta, rel));
     if (!doc) {
         int missing = 0;
-        int rc = load_json(s->dir, rel, "zarr.json", &doc, &missing, err);
+        int rc = load_json(&s->files, rel, "zarr.json", &doc, &missing, err);
         if (rc || missing)
             return rc;
     }
@@ -231,7 +232,7 @@ static void zarr_store_free(zarr_store *s)
     zarr_cache_drop_store(s->cache_id);
     json_decref(s->root_doc);
     json_decref(s->cmeta);
-    free(s->dir);
+    zarr_dir_close(&s->files);
     free(s);
 }
 
@@ -244,7 +245,6 @@ static void zarr_destroy(node *n)
     if (zn->owns_store)
         zarr_store_free(zn->store);
     free(zn->rel);
-    free(zn->dir);
     free(zn);
     n->impl = NULL;
 }
@@ -268,9 +268,8 @@ static int make_node(node *parent, const char *name, zarr_store *s, int owns_sto
     zn->store = s;
     zn->owns_store = owns_store;
     zn->rel = strdup(rel);
-    zn->dir = join_path(s->dir, rel);
     int rc = 0;
-    if (!zn->rel || !zn->dir) {
+    if (!zn->rel) {
         rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", name);
         goto done;
     }
@@ -420,10 +419,10 @@ static int list_failure(int e)
     return e == EMFILE || e == ENFILE || e == ENOMEM ? CELLAR_EIO : CELLAR_EFORMAT;
 }
 
-static int list_directory(const zarr_store *s, const zarr_node *zn, name_list *l,
+static int list_directory(zarr_store *s, const zarr_node *zn, name_list *l,
                           cellar_error *err)
 {
-    DIR *d = opendir(zn->dir);
+    DIR *d = zarr_dir_list(&s->files, zn->rel);
     if (!d)
         return cellar_fail(err, list_failure(errno), "cannot list '/%s': %s", zn->rel,
                            strerror(errno));
@@ -437,15 +436,16 @@ static int list_directory(const zarr_store *s, const zarr_node *zn, name_list *l
             rc = -1;
             break;
         }
-        int has = s->version == 3 ? file_exists(s->dir, rel, "zarr.json")
-                                  : file_exists(s->dir, rel, ".zarray") ||
-                                        file_exists(s->dir, rel, ".zgroup");
+        int has = s->version == 3 ? file_exists(&s->files, rel, "zarr.json")
+                                  : file_exists(&s->files, rel, ".zarray") ||
+                                        file_exists(&s->files, rel, ".zgroup");
         free(rel);
         if (has && name_add(l, e->d_name, strlen(e->d_name))) {
             rc = -1;
             break;
         }
     }
+    zarr_dir_note_fd(&s->files, dirfd(d)); /* an entry added or removed meanwhile */
     closedir(d);
     if (rc)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '/%s'", zn->rel);
@@ -495,27 +495,38 @@ static int zarr_read_op(node *n, const dim_sel *sel, void *out, size_t out_bytes
                         cellar_error *err)
 {
     zarr_node *zn = n->impl;
-    return zarr_array_read(&zn->arr, zn->store->dir, zn->rel, n->path, sel, out, out_bytes, NULL,
-                           NULL, err);
+    return zarr_array_read(&zn->arr, &zn->store->files, zn->rel, n->path, sel, out, out_bytes,
+                           NULL, NULL, err);
 }
 
 static int zarr_read_strings_op(node *n, const dim_sel *sel, arena *a, char **out,
                                 cellar_error *err)
 {
     zarr_node *zn = n->impl;
-    return zarr_array_read(&zn->arr, zn->store->dir, zn->rel, n->path, sel, NULL, 0, a, out, err);
+    return zarr_array_read(&zn->arr, &zn->store->files, zn->rel, n->path, sel, NULL, 0, a, out,
+                           err);
 }
 
 /* ---- opening ------------------------------------------------------------ */
 
-int zarr_store_version(const char *dir)
+/* The format of the store in d: 3, 2 or CELLAR_EFORMAT. */
+static int store_format(zarr_dir *d)
 {
-    if (file_exists(dir, "", "zarr.json"))
+    if (file_exists(d, "", "zarr.json"))
         return 3;
-    if (file_exists(dir, "", ".zgroup") || file_exists(dir, "", ".zarray") ||
-        file_exists(dir, "", ".zmetadata"))
+    if (file_exists(d, "", ".zgroup") || file_exists(d, "", ".zarray") ||
+        file_exists(d, "", ".zmetadata"))
         return 2;
     return CELLAR_EFORMAT;
+}
+
+int zarr_store_version(const char *dir)
+{
+    zarr_dir d;
+    zarr_dir_open(&d, dir);
+    int version = store_format(&d);
+    zarr_dir_close(&d);
+    return version;
 }
 
 static void load_consolidated(zarr_store *s)
@@ -532,7 +543,7 @@ static void load_consolidated(zarr_store *s)
     int missing = 0;
     cellar_error ignored;
     cellar_error_clear(&ignored);
-    if (load_json(s->dir, "", ".zmetadata", &doc, &missing, &ignored) == 0 && doc) {
+    if (load_json(&s->files, "", ".zmetadata", &doc, &missing, &ignored) == 0 && doc) {
         json_t *md = json_object_get(doc, "metadata");
         if (json_is_object(md))
             s->cmeta = json_incref(md);
@@ -543,23 +554,25 @@ static void load_consolidated(zarr_store *s)
 int zarr_open(const char *dir, node **root, cellar_error *err)
 {
     *root = NULL;
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return cellar_fail(err, CELLAR_EFORMAT, "'%s' is not a zarr directory", dir);
-    int version = zarr_store_version(dir);
-    if (version < 0)
-        return cellar_fail(err, CELLAR_EFORMAT,
-                           "'%s' has no zarr.json, .zgroup or .zarray: not a zarr store", dir);
     zarr_store *s = calloc(1, sizeof *s);
-    if (!s || !(s->dir = strdup(dir))) {
-        free(s);
+    if (!s)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", dir);
+    int e = zarr_dir_open(&s->files, dir);
+    if (e) {
+        zarr_store_free(s);
+        return e == ENOMEM ? cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", dir)
+               : e == EMFILE || e == ENFILE
+                   ? cellar_fail(err, CELLAR_EIO, "cannot open '%s' now: %s", dir, strerror(e))
+                   : cellar_fail(err, CELLAR_EFORMAT, "'%s' is not a zarr directory", dir);
     }
-    s->version = version;
     s->cache_id = zarr_cache_new_id();
     int rc = 0, missing = 0;
-    if (version == 3) {
-        rc = load_json(dir, "", "zarr.json", &s->root_doc, &missing, err);
+    s->version = store_format(&s->files);
+    if (s->version < 0)
+        rc = cellar_fail(err, CELLAR_EFORMAT,
+                         "'%s' has no zarr.json, .zgroup or .zarray: not a zarr store", dir);
+    if (!rc && s->version == 3) {
+        rc = load_json(&s->files, "", "zarr.json", &s->root_doc, &missing, err);
         if (!rc && missing)
             rc = cellar_fail(err, CELLAR_EFORMAT, "'%s' lost its zarr.json", dir);
     }
@@ -582,27 +595,45 @@ int zarr_open(const char *dir, node **root, cellar_error *err)
     return rc;
 }
 
+/* The store of a tree opened by zarr_open (its root or any node). */
+static zarr_store *store_of(node *n)
+{
+    return ((zarr_node *)n->root->impl)->store;
+}
+
+int zarr_format(node *root)
+{
+    return store_of(root)->version;
+}
+
+int64_t zarr_changed_since_open(node *root)
+{
+    return atomic_load(&store_of(root)->files.changed);
+}
+
+int zarr_directory_fd(node *root)
+{
+    return store_of(root)->files.fd;
+}
+
 /* ---- consolidating a v2 store ------------------------------------------- */
 
 /* Adds rel's .zgroup/.zarray/.zattrs to md and recurses into groups. */
-static int consolidate_node(const char *dir, const char *rel, int depth, json_t *md,
+static int consolidate_node(zarr_dir *dir, const char *rel, int depth, json_t *md,
                             cellar_error *err);
-static int consolidate_node_v3(const char *dir, const char *rel, int depth, json_t *md,
+static int consolidate_node_v3(zarr_dir *dir, const char *rel, int depth, json_t *md,
                                cellar_error *err);
 
 /* Consolidates every child node of the group rel (zarr format 2 or 3) into md. */
-static int consolidate_children(const char *dir, const char *rel, int depth, int format,
+static int consolidate_children(zarr_dir *dir, const char *rel, int depth, int format,
                                 json_t *md, cellar_error *err)
 {
     if (depth >= ZARR_MAX_DEPTH)
-        return cellar_fail(err, CELLAR_EFORMAT, "'%s' nests groups too deeply", dir);
-    char *path = rel[0] ? join_path(dir, rel) : strdup(dir);
-    DIR *d = path ? opendir(path) : NULL;
-    int why = path ? errno : ENOMEM;
-    free(path);
+        return cellar_fail(err, CELLAR_EFORMAT, "the store nests groups too deeply");
+    DIR *d = zarr_dir_list(dir, rel);
     if (!d)
-        return cellar_fail(err, list_failure(why), "cannot list '/%s' in '%s': %s", rel, dir,
-                           strerror(why));
+        return cellar_fail(err, list_failure(errno), "cannot list '/%s': %s", rel,
+                           strerror(errno));
     int rc = 0;
     struct dirent *e;
     while (!rc && (e = readdir(d))) {
@@ -610,7 +641,7 @@ static int consolidate_children(const char *dir, const char *rel, int depth, int
             continue;
         char *crel = rel[0] ? join_path(rel, e->d_name) : strdup(e->d_name);
         if (!crel) {
-            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating metadata");
             break;
         }
         if (format == 3 && file_exists(dir, crel, "zarr.json"))
@@ -620,11 +651,12 @@ static int consolidate_children(const char *dir, const char *rel, int depth, int
             rc = consolidate_node(dir, crel, depth + 1, md, err);
         free(crel);
     }
+    zarr_dir_note_fd(dir, dirfd(d));
     closedir(d);
     return rc;
 }
 
-static int consolidate_node(const char *dir, const char *rel, int depth, json_t *md,
+static int consolidate_node(zarr_dir *dir, const char *rel, int depth, json_t *md,
                             cellar_error *err)
 {
     static const char *files[] = {".zgroup", ".zarray", ".zattrs"};
@@ -640,7 +672,7 @@ static int consolidate_node(const char *dir, const char *rel, int depth, json_t 
         char key[4096];
         snprintf(key, sizeof key, "%s%s%s", rel, rel[0] ? "/" : "", files[i]);
         if (json_object_set_new(md, key, doc))
-            return cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+            return cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating metadata");
         is_group |= i == 0;
     }
     if (!is_group)
@@ -648,28 +680,29 @@ static int consolidate_node(const char *dir, const char *rel, int depth, json_t 
     return consolidate_children(dir, rel, depth, 2, md, err);
 }
 
-int zarr_build_consolidated(const char *dir, char **json_text, size_t *len, cellar_error *err)
+int zarr_build_consolidated(node *root, char **json_text, size_t *len, cellar_error *err)
 {
     *json_text = NULL;
     *len = 0;
-    if (zarr_store_version(dir) != 2)
-        return cellar_fail(err, CELLAR_EFORMAT, "'%s' is not a zarr v2 store", dir);
+    zarr_store *s = store_of(root);
+    if (s->version != 2)
+        return cellar_fail(err, CELLAR_EFORMAT, "the store is not a zarr v2 store");
     json_t *doc = json_object(), *md = json_object();
     int rc = 0;
     if (!doc || !md || json_object_set_new(doc, "zarr_consolidated_format", json_integer(1))) {
-        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating metadata");
         goto done;
     }
-    rc = consolidate_node(dir, "", 0, md, err);
+    rc = consolidate_node(&s->files, "", 0, md, err);
     if (rc)
         goto done;
     if (json_object_set(doc, "metadata", md)) {
-        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating metadata");
         goto done;
     }
     *json_text = json_dumps(doc, JSON_INDENT(4) | JSON_SORT_KEYS);
     if (!*json_text) {
-        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating metadata");
         goto done;
     }
     *len = strlen(*json_text);
@@ -688,7 +721,7 @@ static json_t *empty_inline_block(void)
 
 /* Adds the v3 document of rel and, for a group, of everything below it to md
  * under flattened relative paths ("obs", "obs/_index", ...). */
-static int consolidate_node_v3(const char *dir, const char *rel, int depth, json_t *md,
+static int consolidate_node_v3(zarr_dir *dir, const char *rel, int depth, json_t *md,
                                cellar_error *err)
 {
     json_t *doc = NULL;
@@ -700,9 +733,9 @@ static int consolidate_node_v3(const char *dir, const char *rel, int depth, json
     int is_group = type && strcmp(type, "group") == 0;
     if (rel[0]) {
         if (is_group && json_object_set_new(doc, "consolidated_metadata", empty_inline_block()))
-            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating metadata");
         if (!rc && json_object_set(md, rel, doc))
-            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating metadata");
     }
     json_decref(doc);
     if (rc || !is_group)
@@ -710,48 +743,48 @@ static int consolidate_node_v3(const char *dir, const char *rel, int depth, json
     return consolidate_children(dir, rel, depth, 3, md, err);
 }
 
-int zarr_build_consolidated_v3(const char *dir, char **json_text, size_t *len,
-                               cellar_error *err)
+int zarr_build_consolidated_v3(node *root, char **json_text, size_t *len, cellar_error *err)
 {
     *json_text = NULL;
     *len = 0;
-    json_t *root = NULL, *md = json_object();
+    zarr_store *s = store_of(root);
+    json_t *doc = NULL, *md = json_object();
     int missing = 0;
-    int rc = load_json(dir, "", "zarr.json", &root, &missing, err);
+    int rc = load_json(&s->files, "", "zarr.json", &doc, &missing, err);
     if (rc)
         goto done;
     if (missing) {
-        rc = cellar_fail(err, CELLAR_EFORMAT, "'%s' is not a zarr v3 store", dir);
+        rc = cellar_fail(err, CELLAR_EFORMAT, "the store is not a zarr v3 store");
         goto done;
     }
-    const char *type = json_string_value(json_object_get(root, "node_type"));
-    if (!type || strcmp(type, "group") != 0 || json_object_get(root, "consolidated_metadata")) {
+    const char *type = json_string_value(json_object_get(doc, "node_type"));
+    if (!type || strcmp(type, "group") != 0 || json_object_get(doc, "consolidated_metadata")) {
         rc = cellar_fail(err, CELLAR_ENOTFOUND,
-                         "'%s' has consolidated metadata already, or is not a group", dir);
+                         "the store has consolidated metadata already, or is not a group");
         goto done;
     }
     if (!md) {
-        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating metadata");
         goto done;
     }
-    rc = consolidate_node_v3(dir, "", 0, md, err);
+    rc = consolidate_node_v3(&s->files, "", 0, md, err);
     if (rc)
         goto done;
     json_t *block = empty_inline_block();
     if (!block || json_object_set(block, "metadata", md) ||
-        json_object_set_new(root, "consolidated_metadata", block)) {
-        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+        json_object_set_new(doc, "consolidated_metadata", block)) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating metadata");
         goto done;
     }
-    *json_text = json_dumps(root, JSON_INDENT(2));
+    *json_text = json_dumps(doc, JSON_INDENT(2));
     if (!*json_text) {
-        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating '%s'", dir);
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating metadata");
         goto done;
     }
     *len = strlen(*json_text);
 done:
     json_decref(md);
-    json_decref(root);
+    json_decref(doc);
     return rc;
 }
 

@@ -12,7 +12,9 @@
  * is checked; nothing on disk can make a read crash or over-allocate.
  *
  * Metadata is read once when a node is first opened and never changes, so
- * reads take no lock and any number of threads may read one tree. */
+ * reads take no lock and any number of threads may read one tree.  Every
+ * file is read beneath the directory the version opened, and a file changed
+ * after that is noticed (zarr_changed_since_open). */
 #ifndef CELLAR_ZARR_H
 #define CELLAR_ZARR_H
 
@@ -37,11 +39,12 @@ int zarr_store_version(const char *dir);
 
 /* Builds the text of a v2 `.zmetadata` document ({"metadata": {...},
  * "zarr_consolidated_format": 1}) from the per-node metadata files of the v2
- * store in dir, for stores that have none.  *json_text is malloc'd and
+ * store whose tree root was opened by zarr_open (read from that version's
+ * directory), for stores that have none.  *json_text is malloc'd and
  * NUL-terminated (*len excludes the NUL); the caller frees it.  Errors:
  * CELLAR_EFORMAT (not a v2 store, or a metadata file is not JSON),
  * CELLAR_EIO, CELLAR_ENOMEM. */
-int zarr_build_consolidated(const char *dir, char **json_text, size_t *len, cellar_error *err);
+int zarr_build_consolidated(node *root, char **json_text, size_t *len, cellar_error *err);
 
 /* Builds the text of the root zarr.json of a v3 store whose root group has no
  * consolidated metadata: the root document with every node's document inlined
@@ -51,8 +54,22 @@ int zarr_build_consolidated(const char *dir, char **json_text, size_t *len, cell
  * and NUL-terminated.  Errors: CELLAR_ENOTFOUND when the root already has
  * consolidated metadata or is an array (serve the file as it is),
  * CELLAR_EFORMAT, CELLAR_EIO, CELLAR_ENOMEM. */
-int zarr_build_consolidated_v3(const char *dir, char **json_text, size_t *len,
-                               cellar_error *err);
+int zarr_build_consolidated_v3(node *root, char **json_text, size_t *len, cellar_error *err);
+
+/* The zarr format (2 or 3) of the store whose tree root was opened by
+ * zarr_open. */
+int zarr_format(node *root);
+
+/* The directory the store version (root from zarr_open) reads beneath,
+ * opened O_PATH when it opened; it stays the version's own when the path
+ * is later replaced.  Owned by the version: dup it to keep it longer. */
+int zarr_directory_fd(node *root);
+
+/* Whether a file or directory the version read has changed since the
+ * version opened (a store rewritten in place): the newest such ctime in
+ * ns since the epoch, 0 while none.  Answers made from a changed version
+ * are made again from a new one. */
+int64_t zarr_changed_since_open(node *root);
 
 /* Whether key names a zarr key of the store whose tree root was opened by
  * zarr_open, judged from the metadata alone (the file may still be

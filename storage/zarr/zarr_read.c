@@ -5,12 +5,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "storage/zarr/zarr_impl.h"
@@ -66,7 +64,8 @@ typedef struct shard_slot {
 
 typedef struct zread {
     const zarr_array *za;
-    const char *store_dir, *rel, *what;
+    zarr_dir *dir;
+    const char *rel, *what;
     int ndim;
     const int64_t *cshape;
     const zarr_chain *ch;
@@ -233,96 +232,6 @@ static int pread_all(int fd, void *buf, size_t n, uint64_t off, const char *what
     return 0;
 }
 
-/* The fallback of zarr_open_file when openat2 cannot judge a path (an
- * absolute symlink, which RESOLVE_BENEATH refuses even when it points
- * inside; a kernel or seccomp filter without openat2): the canonical path,
- * opened only when it lies inside the canonical store directory.  Returns
- * the descriptor or -1 with errno (EXDEV when it leads outside). */
-static int open_canonical_inside(const char *store_dir, const char *rel)
-{
-    char path[PATH_MAX], *real_dir = NULL, *real = NULL;
-    int f = -1, n = snprintf(path, sizeof path, "%s/%s", store_dir, rel);
-    if (n < 0 || (size_t)n >= sizeof path) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    real_dir = realpath(store_dir, NULL);
-    real = real_dir ? realpath(path, NULL) : NULL;
-    if (!real)
-        goto done;
-    size_t dl = strlen(real_dir);
-    if (strncmp(real, real_dir, dl) != 0 || real[dl] != '/') {
-        errno = EXDEV;
-        goto done;
-    }
-    f = open(real, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC);
-done:
-    free(real_dir);
-    free(real);
-    return f;
-}
-
-/* The store-relative path rel opened beneath the store directory (dir
- * open on it, store_dir its path), or -1 with errno. */
-static int open_beneath(int dir, const char *store_dir, const char *rel)
-{
-    struct open_how how = {
-        .flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
-        .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
-    };
-    int f = (int)syscall(SYS_openat2, dir, rel, &how, sizeof how);
-    if (f < 0 && (errno == EXDEV || errno == ENOSYS || errno == EPERM))
-        return open_canonical_inside(store_dir, rel);
-    return f;
-}
-
-int zarr_open_file_at(int store_fd, const char *store_dir, const char *rel, int *fd,
-                      struct stat *st, cellar_error *err)
-{
-    *fd = -1;
-    int f = open_beneath(store_fd, store_dir, rel);
-    if (f < 0) {
-        int e = errno;
-        if (e == ENOENT || e == ENOTDIR)
-            return 0;
-        if (e == EXDEV)
-            return cellar_fail(err, CELLAR_EFORMAT,
-                               "'%s' is a link that leads outside the store", rel);
-        if (e == ELOOP)
-            return cellar_fail(err, CELLAR_EFORMAT, "'%s' is a link that loops", rel);
-        if (e == EISDIR)
-            return cellar_fail(err, CELLAR_EFORMAT, "'%s' is a directory, not a file", rel);
-        if (e == EMFILE || e == ENFILE || e == ENOMEM)
-            return cellar_fail(err, CELLAR_EIO, "cannot open '%s' now: %s", rel, strerror(e));
-        return cellar_fail(err, CELLAR_EFORMAT, "'%s' cannot be opened: %s", rel, strerror(e));
-    }
-    if (fstat(f, st) != 0 || !S_ISREG(st->st_mode)) {
-        close(f);
-        return cellar_fail(err, CELLAR_EFORMAT,
-                           "'%s' is not a regular file (a FIFO, device, socket or directory)",
-                           rel);
-    }
-    *fd = f;
-    return 0;
-}
-
-int zarr_open_file(const char *store_dir, const char *rel, int *fd, uint64_t *size,
-                   cellar_error *err)
-{
-    *fd = -1;
-    int dir = open(store_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (dir < 0)
-        return errno == ENOENT || errno == ENOTDIR
-                   ? 0
-                   : cellar_fail(err, CELLAR_EIO, "cannot open the store: %s", strerror(errno));
-    struct stat st;
-    int rc = zarr_open_file_at(dir, store_dir, rel, fd, &st, err);
-    close(dir);
-    if (*fd >= 0)
-        *size = (uint64_t)st.st_size;
-    return rc;
-}
-
 /* Opens the chunk or shard file r->key of the array; *fd = -1 when it does
  * not exist. */
 static int open_key(zread *r, int *fd, uint64_t *size, cellar_error *err)
@@ -334,7 +243,7 @@ static int open_key(zread *r, int *fd, uint64_t *size, cellar_error *err)
         return cellar_fail(err, CELLAR_EFORMAT, "chunk path of '%s' is too long", r->what);
     cellar_error local;
     cellar_error_clear(&local);
-    int rc = zarr_open_file(r->store_dir, rel, fd, size, &local);
+    int rc = zarr_dir_open_file(r->dir, rel, fd, size, &local);
     if (rc)
         return cellar_fail(err, rc, "chunk '%s' of '%s': %s", r->key, r->what, local.detail);
     return 0;
@@ -610,6 +519,7 @@ static int read_whole_chunk(zread *r, const int64_t *coords, zchunk *c, int *mis
     char what[700];
     snprintf(what, sizeof what, "chunk '%s' of '%s'", r->key, r->what);
     rc = pread_all(fd, raw, (size_t)size, 0, what, err);
+    zarr_dir_note_fd(r->dir, fd); /* a rewrite that began while it was read */
     if (!rc) {
         rc = chunk_decode(r, coords, raw, (size_t)size, c, err);
         raw = NULL;
@@ -653,6 +563,7 @@ static int shard_index_load(zread *r, shard_slot *sl, uint64_t size, cellar_erro
         goto done;
     }
     rc = pread_all(sl->fd, idx, isz, za->index_at_start ? 0 : size - isz, what, err);
+    zarr_dir_note_fd(r->dir, sl->fd);
     if (!rc)
         rc = codec_shard_index_decode(idx, isz, r->nin, za->index_big_endian, za->index_crc,
                                       size, pairs, what, err);
@@ -760,6 +671,7 @@ static int read_inner_chunk(zread *r, const int64_t *coords, zchunk *c, int *mis
     if (!raw)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", what);
     rc = pread_all(sl->fd, raw, (size_t)nb, off, what, err);
+    zarr_dir_note_fd(r->dir, sl->fd);
     if (rc) {
         free(raw);
         return rc;
@@ -799,9 +711,9 @@ static int read_all_chunks(zread *r, cellar_error *err)
     }
 }
 
-int zarr_array_read(const zarr_array *za, const char *store_dir, const char *rel,
-                    const char *what, const dim_sel *sel, void *out, size_t out_bytes, arena *a,
-                    char **sout, cellar_error *err)
+int zarr_array_read(const zarr_array *za, zarr_dir *dir, const char *rel, const char *what,
+                    const dim_sel *sel, void *out, size_t out_bytes, arena *a, char **sout,
+                    cellar_error *err)
 {
     (void)out_bytes;
     if (za->unsupported)
@@ -809,7 +721,7 @@ int zarr_array_read(const zarr_array *za, const char *store_dir, const char *rel
     zread r;
     memset(&r, 0, sizeof r);
     r.za = za;
-    r.store_dir = store_dir;
+    r.dir = dir;
     r.rel = rel;
     r.what = what;
     r.ndim = za->ndim;

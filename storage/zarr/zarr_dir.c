@@ -1,0 +1,244 @@
+/* The files of a zarr store version: opened beneath the version's own
+ * directory descriptor, never outside the store, never blocking, and each
+ * one checked for changes made after the version opened (zarr_dir in
+ * storage/zarr/zarr_impl.h says why ctime). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "storage/zarr/zarr.h"
+#include "storage/zarr/zarr_impl.h"
+
+/* The canonical path of the directory open as dir (where it is now, even
+ * when renamed since), else of store_dir when /proc is not mounted. */
+static char *canonical_dir(int dir, const char *store_dir)
+{
+    char link[64];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", dir);
+    char *real = realpath(link, NULL);
+    return real ? real : realpath(store_dir, NULL);
+}
+
+/* The fallback of openat2 when it cannot judge a path (an absolute
+ * symlink, which RESOLVE_BENEATH refuses even when it points inside; a
+ * kernel or seccomp filter without openat2): the canonical path, opened
+ * only when it lies inside the canonical store directory.  Returns the
+ * descriptor or -1 with errno (EXDEV when it leads outside). */
+static int open_canonical_inside(int dir, const char *store_dir, const char *rel, int flags)
+{
+    char path[PATH_MAX], *real = NULL;
+    char *real_dir = canonical_dir(dir, store_dir);
+    int f = -1;
+    if (!real_dir)
+        return -1;
+    if (!strcmp(rel, ".")) {
+        real = real_dir;
+        real_dir = NULL;
+        goto open_it;
+    }
+    int n = snprintf(path, sizeof path, "%s/%s", real_dir, rel);
+    if (n < 0 || (size_t)n >= sizeof path) {
+        errno = ENAMETOOLONG;
+        goto done;
+    }
+    real = realpath(path, NULL);
+    if (!real)
+        goto done;
+    size_t dl = strlen(real_dir);
+    if (strncmp(real, real_dir, dl) != 0 || real[dl] != '/') {
+        errno = EXDEV;
+        goto done;
+    }
+open_it:
+    f = open(real, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC | flags);
+done:
+    free(real_dir);
+    free(real);
+    return f;
+}
+
+/* The store-relative path rel opened beneath the store directory (dir
+ * open on it, store_dir its path) with O_RDONLY and flags, or -1 with
+ * errno. */
+static int open_beneath_flags(int dir, const char *store_dir, const char *rel, int flags)
+{
+    struct open_how how = {
+        .flags = (uint64_t)(O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | flags),
+        .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+    };
+    int f = (int)syscall(SYS_openat2, dir, rel, &how, sizeof how);
+    if (f < 0 && (errno == EXDEV || errno == ENOSYS || errno == EPERM))
+        return open_canonical_inside(dir, store_dir, rel, flags);
+    return f;
+}
+
+int zarr_open_file_at(int store_fd, const char *store_dir, const char *rel, int *fd,
+                      struct stat *st, cellar_error *err)
+{
+    *fd = -1;
+    int f = open_beneath_flags(store_fd, store_dir, rel, 0);
+    if (f < 0) {
+        int e = errno;
+        if (e == ENOENT || e == ENOTDIR)
+            return 0;
+        if (e == EXDEV)
+            return cellar_fail(err, CELLAR_EFORMAT,
+                               "'%s' is a link that leads outside the store", rel);
+        if (e == ELOOP)
+            return cellar_fail(err, CELLAR_EFORMAT, "'%s' is a link that loops", rel);
+        if (e == EISDIR)
+            return cellar_fail(err, CELLAR_EFORMAT, "'%s' is a directory, not a file", rel);
+        if (e == EMFILE || e == ENFILE || e == ENOMEM)
+            return cellar_fail(err, CELLAR_EIO, "cannot open '%s' now: %s", rel, strerror(e));
+        return cellar_fail(err, CELLAR_EFORMAT, "'%s' cannot be opened: %s", rel, strerror(e));
+    }
+    if (fstat(f, st) != 0 || !S_ISREG(st->st_mode)) {
+        close(f);
+        return cellar_fail(err, CELLAR_EFORMAT,
+                           "'%s' is not a regular file (a FIFO, device, socket or directory)",
+                           rel);
+    }
+    *fd = f;
+    return 0;
+}
+
+int zarr_open_file(const char *store_dir, const char *rel, int *fd, uint64_t *size,
+                   cellar_error *err)
+{
+    *fd = -1;
+    int dir = open(store_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0)
+        return errno == ENOENT || errno == ENOTDIR
+                   ? 0
+                   : cellar_fail(err, CELLAR_EIO, "cannot open the store: %s", strerror(errno));
+    struct stat st;
+    int rc = zarr_open_file_at(dir, store_dir, rel, fd, &st, err);
+    close(dir);
+    if (*fd >= 0)
+        *size = (uint64_t)st.st_size;
+    return rc;
+}
+
+
+/* ---- the version's directory ------------------------------------------- */
+
+static int64_t ns_of(struct timespec t)
+{
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+int zarr_dir_open(zarr_dir *d, const char *path)
+{
+    memset(d, 0, sizeof *d);
+    d->fd = -1;
+    /* Taken before anything is read: a change after it has a ctime at or
+     * past it (the kernel stamps ctime from the same coarse clock). */
+    clock_gettime(CLOCK_REALTIME_COARSE, &d->born);
+    d->path = strdup(path);
+    if (!d->path)
+        return ENOMEM;
+    d->fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    return d->fd < 0 ? errno : 0;
+}
+
+void zarr_dir_close(zarr_dir *d)
+{
+    if (d->fd >= 0)
+        close(d->fd);
+    free(d->path);
+    d->fd = -1;
+    d->path = NULL;
+}
+
+/* Keeps ctime as the newest change when it is at or after born. */
+static void note_ctime(zarr_dir *d, struct timespec ctime)
+{
+    int64_t t = ns_of(ctime);
+    if (t < ns_of(d->born))
+        return;
+    int64_t seen = atomic_load(&d->changed);
+    while (t > seen && !atomic_compare_exchange_weak(&d->changed, &seen, t))
+        ;
+}
+
+void zarr_dir_note_fd(zarr_dir *d, int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) == 0)
+        note_ctime(d, st.st_ctim);
+}
+
+/* A file that is missing: its nearest existing directory (rel's parent,
+ * else the parent's parent, ...) shows whether it was just removed; a
+ * store directory that is gone altogether (no links left) changed too. */
+static void note_missing(zarr_dir *d, const char *rel)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", rel);
+    struct stat st;
+    for (;;) {
+        char *slash = strrchr(dir, '/');
+        if (!slash)
+            break;
+        *slash = '\0';
+        if (dir[0] && fstatat(d->fd, dir, &st, 0) == 0) {
+            note_ctime(d, st.st_ctim);
+            return;
+        }
+    }
+    if (fstatat(d->fd, "", &st, AT_EMPTY_PATH) != 0)
+        return;
+    if (st.st_nlink == 0) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME_COARSE, &now);
+        note_ctime(d, now);
+    }
+    note_ctime(d, st.st_ctim);
+}
+
+int zarr_dir_open_file(zarr_dir *d, const char *rel, int *fd, uint64_t *size,
+                       cellar_error *err)
+{
+    *fd = -1;
+    if (d->fd < 0)
+        return 0;
+    struct stat st;
+    int rc = zarr_open_file_at(d->fd, d->path, rel, fd, &st, err);
+    if (rc)
+        return rc;
+    if (*fd < 0) {
+        note_missing(d, rel);
+        return 0;
+    }
+    note_ctime(d, st.st_ctim);
+    *size = (uint64_t)st.st_size;
+    return 0;
+}
+
+DIR *zarr_dir_list(zarr_dir *d, const char *rel)
+{
+    if (d->fd < 0) {
+        errno = ENOENT;
+        return NULL;
+    }
+    int f = open_beneath_flags(d->fd, d->path, rel[0] ? rel : ".", O_DIRECTORY);
+    if (f < 0)
+        return NULL;
+    DIR *dir = fdopendir(f);
+    if (!dir) {
+        int e = errno;
+        close(f);
+        errno = e;
+    }
+    return dir;
+}
