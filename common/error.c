@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/utf8.h"
+
 const char *cellar_strerror(int code)
 {
     switch (code) {
@@ -18,6 +20,7 @@ const char *cellar_strerror(int code)
     case CELLAR_ENOMEM: return "Out of Memory";
     case CELLAR_EIO: return "I/O Error";
     case CELLAR_EUNAVAILABLE: return "Service Unavailable";
+    case CELLAR_EPRECONDITION: return "Precondition Failed";
     default: return "Internal Server Error";
     }
 }
@@ -38,6 +41,7 @@ int cellar_http_status(int code)
      * descriptor limit; another replica, or a retry, may answer. */
     case CELLAR_EIO: return 503;
     case CELLAR_EUNAVAILABLE: return 503;
+    case CELLAR_EPRECONDITION: return 412;
     default: return 500;
     }
 }
@@ -51,6 +55,9 @@ int cellar_fail(cellar_error *err, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err->detail, sizeof err->detail, fmt, ap);
     va_end(ap);
+    /* A value quoted with a byte bound ('%.300s') or the detail's own
+     * bound can cut a character: cut on its boundary instead. */
+    utf8_drop_cuts(err->detail, strlen(err->detail));
     return code;
 }
 

@@ -21,7 +21,8 @@ typedef enum {
     CELLAR_ENOMEM = -8,       /* 503: out of memory */
     CELLAR_EIO = -9,          /* 503: the operating system failed a read */
     CELLAR_EINTERNAL = -10,   /* 500: a bug */
-    CELLAR_EUNAVAILABLE = -11 /* 503: shutting down, or not ready */
+    CELLAR_EUNAVAILABLE = -11, /* 503: shutting down, or not ready */
+    CELLAR_EPRECONDITION = -12 /* 412: If-Match / If-Unmodified-Since failed */
 } cellar_code;
 
 #define CELLAR_ERROR_DETAIL_MAX 512

@@ -1,5 +1,7 @@
 #include "common/utf8.h"
 
+#include <string.h>
+
 #include "common/buf.h"
 
 size_t utf8_seq_len(const unsigned char *s, size_t n)
@@ -89,4 +91,34 @@ int utf8_sanitize(const char *s, size_t n, buf *out)
         run = i;
     }
     return buf_append(out, s + run, n - run);
+}
+
+/* The length a sequence led by c has, 0 when c leads none. */
+static size_t utf8_lead_len(unsigned c)
+{
+    return c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+}
+
+size_t utf8_drop_cuts(char *s, size_t n)
+{
+    unsigned char *p = (unsigned char *)s;
+    size_t i = 0, o = 0;
+    while (i < n) {
+        size_t l = utf8_seq_len(p + i, n - i);
+        if (l) {
+            memmove(p + o, p + i, l);
+            i += l, o += l;
+            continue;
+        }
+        size_t bad = utf8_bad_len(p + i, n - i);
+        if (bad < utf8_lead_len(p[i])) { /* the start of a character, cut */
+            i += bad;
+            continue;
+        }
+        memmove(p + o, p + i, bad);
+        i += bad, o += bad;
+    }
+    if (o < n)
+        p[o] = '\0';
+    return o;
 }

@@ -16,6 +16,12 @@ size_t utf8_seq_len(const unsigned char *s, size_t n);
  * U+FFFD.  Returns 0, or -1 when out of memory. */
 int utf8_sanitize(const char *s, size_t n, struct buf *out);
 
+/* Removes in place every character that was cut short (a lead byte and
+ * the continuation bytes that followed it, fewer than it needs), as a
+ * text truncated to a byte count leaves at the cut; other invalid bytes
+ * stay.  Returns the new length (NUL-terminated when shorter). */
+size_t utf8_drop_cuts(char *s, size_t n);
+
 /* Whether s[0..n) is valid UTF-8. */
 int utf8_valid(const char *s, size_t n);
 

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <microhttpd.h>
@@ -20,7 +21,9 @@
 
 #include "api/encode/problem.h"
 #include "api/request.h"
+#include "common/byte_range.h"
 #include "common/numfmt.h"
+#include "common/validators.h"
 #include "server/answer_cache.h"
 #include "server/router.h"
 #include "server/watchdog.h"
@@ -71,6 +74,13 @@ typedef struct request_ctx {
      * or NULL when this answer must not be kept. */
     char *answer_key;
     size_t answer_key_len;
+    /* The representation's ETag (representation_etag), or NULL to use
+     * the store version's (POST answers, problems before a store). */
+    char *etag;
+    /* The request's If-None-Match or If-Modified-Since holds: the answer
+     * is a 304 that states the length the 200 would have had. */
+    int not_modified;
+    struct MHD_Connection *conn;
     watch_entry watch; /* while dispatch runs */
 } request_ctx;
 
@@ -129,67 +139,98 @@ static enum MHD_Result collect_query_arg(void *cls, enum MHD_ValueKind kind, con
     return MHD_YES;
 }
 
-static void http_date(struct timespec ts, char *out, size_t n)
-{
-    struct tm tm;
-    time_t t = ts.tv_sec;
-    gmtime_r(&t, &tm);
-    strftime(out, n, "%a, %d %b %Y %H:%M:%S GMT", &tm);
-}
-
 /* If-Modified-Since: true when the store has not changed since that date
  * (HTTP dates have whole seconds, so a later sub-second mtime counts as
  * the same second). */
 static int not_modified_since(const char *header, struct timespec mtime)
 {
-    if (!header)
-        return 0;
-    struct tm tm;
-    memset(&tm, 0, sizeof tm);
-    const char *end = strptime(header, "%a, %d %b %Y %H:%M:%S GMT", &tm);
-    if (!end)
-        return 0;
-    time_t since = timegm(&tm);
-    return mtime.tv_sec <= since;
+    time_t since;
+    return http_date_parse(header, &since) == 0 && mtime.tv_sec <= since;
 }
 
-static int etag_matches(const char *header, const char *etag)
+/* A qvalue (RFC 9110 12.4.2: "0", "0.5", "1.000") in thousandths, or -1
+ * when it is not one. */
+static int parse_qvalue(const char *s, size_t n)
 {
-    if (!header)
-        return 0;
-    if (strchr(header, '*'))
-        return 1;
-    return strstr(header, etag) != NULL;
+    if (n == 0 || (s[0] != '0' && s[0] != '1') || (n > 1 && s[1] != '.') || n > 5)
+        return -1;
+    int q = (s[0] - '0') * 1000, scale = 100;
+    for (size_t i = 2; i < n; i++, scale /= 10) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        q += (s[i] - '0') * scale;
+    }
+    return q > 1000 ? -1 : q;
 }
 
-/* Picks zstd or gzip from Accept-Encoding; 0 none, 1 gzip, 2 zstd. */
-static int pick_encoding(const char *accept_encoding)
+/* The q of one Accept-Encoding member's parameters (after the name):
+ * 1000 without one, -1 when malformed. */
+static int member_q(const char *p, const char *end)
 {
+    while (p < end) {
+        while (p < end && (*p == ';' || *p == ' ' || *p == '\t'))
+            p++;
+        const char *e = p;
+        while (e < end && *e != ';')
+            e++;
+        const char *v = e;
+        while (v > p && (v[-1] == ' ' || v[-1] == '\t'))
+            v--;
+        if (v - p >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=')
+            return parse_qvalue(p + 2, (size_t)(v - p - 2));
+        p = e;
+    }
+    return 1000;
+}
+
+typedef struct coding_choice {
+    int coding;      /* 0 none, 1 gzip, 2 zstd: the best acceptable one */
+    int identity_ok; /* whether an uncompressed body is acceptable */
+} coding_choice;
+
+/* Reads Accept-Encoding with its q-values (RFC 9110 12.5.3): a coding
+ * named with q=0 is refused, "*" stands for every coding not named, and
+ * identity is acceptable unless refused by name or by "*;q=0".  Of zstd
+ * and gzip the higher q wins, zstd on a tie. */
+static coding_choice pick_encoding(const char *accept_encoding)
+{
+    coding_choice c = {0, 1};
     if (!accept_encoding)
-        return 0;
-    int zstd_ok = 0, gzip_ok = 0;
+        return c;
+    int q_zstd = -1, q_gzip = -1, q_identity = -1, q_star = -1;
     const char *s = accept_encoding;
     while (*s) {
-        while (*s == ' ' || *s == ',')
+        while (*s == ' ' || *s == '\t' || *s == ',')
             s++;
         const char *e = s;
         while (*e && *e != ',')
             e++;
-        size_t len = (size_t)(e - s);
-        const char *semi = memchr(s, ';', len);
-        size_t name_len = semi ? (size_t)(semi - s) : len;
-        while (name_len && s[name_len - 1] == ' ')
-            name_len--;
-        int refused = semi && strstr(semi, "q=0") && !strstr(semi, "q=0.");
-        if (!refused) {
+        const char *name_end = s;
+        while (name_end < e && *name_end != ';' && *name_end != ' ' && *name_end != '\t')
+            name_end++;
+        size_t name_len = (size_t)(name_end - s);
+        int q = member_q(name_end, e);
+        if (q >= 0) {
             if (name_len == 4 && !strncasecmp(s, "zstd", 4))
-                zstd_ok = 1;
+                q_zstd = q;
             else if (name_len == 4 && !strncasecmp(s, "gzip", 4))
-                gzip_ok = 1;
+                q_gzip = q;
+            else if (name_len == 8 && !strncasecmp(s, "identity", 8))
+                q_identity = q;
+            else if (name_len == 1 && *s == '*')
+                q_star = q;
         }
         s = e;
     }
-    return zstd_ok ? 2 : gzip_ok ? 1 : 0;
+    if (q_zstd < 0)
+        q_zstd = q_star > 0 ? q_star : 0;
+    if (q_gzip < 0)
+        q_gzip = q_star > 0 ? q_star : 0;
+    if (q_identity < 0)
+        q_identity = q_star == 0 ? 0 : 1000;
+    c.coding = q_zstd > 0 && q_zstd >= q_gzip ? 2 : q_gzip > 0 ? 1 : 0;
+    c.identity_ok = q_identity > 0;
+    return c;
 }
 
 static int compress_gzip(const char *in, size_t len, buf *out)
@@ -251,7 +292,7 @@ static void add_common_headers(request_ctx *ctx, struct MHD_Response *r)
     if (ctx->req.store && !res_has_header(&ctx->res, "ETag")) {
         char date[64];
         http_date(store_mtime(ctx->req.store), date, sizeof date);
-        MHD_add_response_header(r, "ETag", store_etag(ctx->req.store));
+        MHD_add_response_header(r, "ETag", ctx->etag ? ctx->etag : store_etag(ctx->req.store));
         MHD_add_response_header(r, "Last-Modified", date);
         MHD_add_response_header(r, "Cache-Control", "no-cache");
     }
@@ -283,10 +324,15 @@ typedef struct cached_use {
     struct MHD_Connection *conn;
 } cached_use;
 
+static enum MHD_Result send_not_modified(request_ctx *ctx, struct MHD_Connection *conn,
+                                        uint64_t length);
+
 static int queue_cached_answer(void *value, void *arg)
 {
     cached_answer *a = value;
     cached_use *u = arg;
+    if (u->ctx->not_modified)
+        return send_not_modified(u->ctx, u->conn, a->body_bytes) == MHD_YES;
     u->ctx->status = 200;
     u->ctx->bytes_out = a->body_bytes;
     return MHD_queue_response(u->conn, 200, a->response) == MHD_YES;
@@ -300,7 +346,8 @@ static int make_answer_key(request_ctx *ctx, struct MHD_Connection *conn)
 {
     const api_request *req = &ctx->req;
     const char *ae = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept-Encoding");
-    char encoding = (char)('0' + pick_encoding(ae));
+    coding_choice choice = pick_encoding(ae);
+    char encoding = (char)('0' + choice.coding + 3 * !choice.identity_ok);
     const char *parts[4] = {store_etag(req->store), req->path, req->accept ? req->accept : "",
                             &encoding};
     size_t lens[4] = {strlen(parts[0]), strlen(parts[1]), strlen(parts[2]), 1};
@@ -334,6 +381,123 @@ static int make_answer_key(request_ctx *ctx, struct MHD_Connection *conn)
     return 0;
 }
 
+/* The representation's ETag, set in ctx->etag: the store version's tag
+ * joined with a hash of the answer key (path, query, Accept and the
+ * content coding chosen), which is everything the bytes depend on.  So
+ * each format and encoding of a version has its own strong ETag, known
+ * before the answer is made, and a cache never answers one
+ * representation with another's 304. */
+static int representation_etag(request_ctx *ctx)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (size_t i = 0; i < ctx->answer_key_len; i++)
+        h = (h ^ (unsigned char)ctx->answer_key[i]) * 0x100000001b3ull;
+    const char *tag = store_etag(ctx->req.store);
+    size_t tl = strlen(tag);
+    char *e = tl >= 2 ? arena_alloc(ctx->arena, tl + 18) : NULL;
+    if (!e)
+        return -1;
+    memcpy(e, tag, tl - 1);
+    snprintf(e + tl - 1, 19, "-%016llx\"", (unsigned long long)h);
+    ctx->etag = e;
+    return 0;
+}
+
+static ssize_t no_body(void *cls, uint64_t pos, char *out, size_t max)
+{
+    (void)cls, (void)pos, (void)out, (void)max;
+    return MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+/* A 304 for a representation of length bytes: its validators, Vary and
+ * Cache-Control as the 200 would have them, and as Content-Length the
+ * length the 200 would have had (RFC 9110 8.6; libmicrohttpd always
+ * writes one, so it is the true one), no body. */
+static enum MHD_Result send_not_modified(request_ctx *ctx, struct MHD_Connection *conn,
+                                        uint64_t length)
+{
+    struct MHD_Response *r = MHD_create_response_from_callback(length, 4096, no_body, NULL, NULL);
+    if (!r)
+        return MHD_NO;
+    add_common_headers(ctx, r);
+    for (size_t i = 0; i < ctx->res.n_headers; i++)
+        if (!strcasecmp(ctx->res.headers[i].name, "ETag") ||
+            !strcasecmp(ctx->res.headers[i].name, "Last-Modified") ||
+            !strcasecmp(ctx->res.headers[i].name, "Cache-Control"))
+            MHD_add_response_header(r, ctx->res.headers[i].name, ctx->res.headers[i].value);
+    if (ctx->route.id != ROUTE_ZARR_RAW)
+        MHD_add_response_header(r, "Vary", "Accept, Accept-Encoding");
+    ctx->status = 304;
+    ctx->bytes_out = 0;
+    enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_NOT_MODIFIED, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* Binary answers (bin, npy, npz) are files to fsspec and h5wasm-style
+ * readers, which seek in them with Range. */
+static int content_ranged(const char *type)
+{
+    return type && (!strcmp(type, "application/octet-stream") ||
+                    !strcmp(type, "application/x-npy") || !strcmp(type, "application/npy") ||
+                    !strcmp(type, "application/zip"));
+}
+
+/* If-Range: the Range applies while the representation is the one the
+ * client holds (its ETag, compared strongly, or a date not before the
+ * store's mtime). */
+static int if_range_holds_here(request_ctx *ctx, const char *header)
+{
+    if (!header)
+        return 1;
+    if (header[0] == '"' || !strncmp(header, "W/", 2))
+        return ctx->etag && etag_list_holds(header, ctx->etag, 1);
+    time_t date;
+    return ctx->req.store && http_date_parse(header, &date) == 0 &&
+           store_mtime(ctx->req.store).tv_sec <= date;
+}
+
+/* The Range of a GET over a binary answer of size bytes, when it holds
+ * (If-Range); RANGE_WHOLE when there is none or it is to be ignored. */
+static range_kind requested_range(request_ctx *ctx, struct MHD_Connection *conn, uint64_t size,
+                                  uint64_t *first, uint64_t *n, const char **range)
+{
+    *range = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Range");
+    if (!*range || strcmp(ctx->req.method, "GET") ||
+        !if_range_holds_here(ctx, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-Range")))
+        return RANGE_WHOLE;
+    return byte_range_parse(*range, size, first, n);
+}
+
+/* A GET's Range over a binary answer in body: 206 with the part in body,
+ * 416, or 0 to answer the whole 200.  Sets *status and Content-Range in
+ * *range_header. */
+static int apply_range(request_ctx *ctx, struct MHD_Connection *conn, buf *body, int *status,
+                       char *range_header, size_t range_size)
+{
+    const char *range;
+    uint64_t first = 0, n = 0, size = body->len;
+    range_kind kind = requested_range(ctx, conn, size, &first, &n, &range);
+    if (kind == RANGE_WHOLE)
+        return 0;
+    if (kind == RANGE_UNSATISFIABLE) {
+        snprintf(range_header, range_size, "bytes */%" PRIu64, size);
+        cellar_error e;
+        cellar_error_clear(&e);
+        cellar_fail(&e, CELLAR_ERANGE, "the range '%.100s' is outside the answer (%" PRIu64 " bytes)",
+                    range, size);
+        buf_destroy(body);
+        *status = problem_render(&e, ctx->req.path, body);
+        return 1;
+    }
+    memmove(body->data, body->data + first, (size_t)n);
+    body->len = (size_t)n;
+    snprintf(range_header, range_size, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, first,
+             first + n - 1, size);
+    *status = 206;
+    return 1;
+}
+
 static enum MHD_Result send_body(request_ctx *ctx, struct MHD_Connection *conn, int status,
                                  const char *content_type, buf *body,
                                  const api_response *extra)
@@ -341,9 +505,19 @@ static enum MHD_Result send_body(request_ctx *ctx, struct MHD_Connection *conn, 
     const char *ae = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept-Encoding");
     const char *encoding = NULL;
     int stored = extra && extra->stored_bytes;
-    int pick = !stored && status == 200 && body->len >= COMPRESS_MIN_BYTES &&
-                       content_compressible(content_type)
-                   ? pick_encoding(ae)
+    int ranged = status == 200 && !ctx->not_modified && ctx->route.id != ROUTE_ZARR_RAW &&
+                 content_ranged(content_type);
+    char content_range[96] = "";
+    if (ranged && apply_range(ctx, conn, body, &status, content_range, sizeof content_range)) {
+        stored = 1; /* a part of the identity body: never compressed */
+        if (status == 416)
+            content_type = PROBLEM_CONTENT_TYPE;
+    }
+    coding_choice choice = pick_encoding(ae);
+    /* Small bodies go uncompressed, unless the client refused that. */
+    int pick = !stored && status == 200 && content_compressible(content_type) &&
+                       (body->len >= COMPRESS_MIN_BYTES || !choice.identity_ok)
+                   ? choice.coding
                    : 0;
     if (pick) {
         buf packed = {0};
@@ -369,20 +543,77 @@ static enum MHD_Result send_body(request_ctx *ctx, struct MHD_Connection *conn, 
         MHD_add_response_header(r, "Content-Type", content_type);
     if (encoding)
         MHD_add_response_header(r, "Content-Encoding", encoding);
-    if (!stored)
+    if (!stored || content_range[0])
         MHD_add_response_header(r, "Vary", "Accept, Accept-Encoding");
+    if (content_range[0])
+        MHD_add_response_header(r, "Content-Range", content_range);
+    if (ranged)
+        MHD_add_response_header(r, "Accept-Ranges", "bytes");
     add_common_headers(ctx, r);
     if (extra)
         for (size_t i = 0; i < extra->n_headers; i++)
             MHD_add_response_header(r, extra->headers[i].name, extra->headers[i].value);
+    int keep = status == 200 && ctx->answer_key && !ctx->res.uncacheable;
+    if (status == 200 && ctx->not_modified) {
+        /* Made to learn its length (and kept for the next request). */
+        enum MHD_Result ret = send_not_modified(ctx, conn, len);
+        if (keep)
+            keep_answer(ctx, r, len);
+        else
+            MHD_destroy_response(r);
+        return ret;
+    }
     ctx->status = status;
     ctx->bytes_out = len;
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
-    if (ret == MHD_YES && status == 200 && ctx->answer_key && !ctx->res.uncacheable)
+    if (ret == MHD_YES && keep)
         keep_answer(ctx, r, len);
     else
         MHD_destroy_response(r);
     return ret;
+}
+
+static enum MHD_Result send_problem(request_ctx *ctx, struct MHD_Connection *conn,
+                                    const cellar_error *err, const char *allow);
+
+/* The Range of a GET over a file-backed binary answer: narrows the span
+ * sent (206 with Content-Range in range_header).  1 when unsatisfiable
+ * (range_header holds "bytes * /size" for the 416), else 0. */
+static int range_of_file(request_ctx *ctx, struct MHD_Connection *conn, api_response *res,
+                         char *range_header, size_t range_size)
+{
+    const char *range;
+    uint64_t first = 0, n = 0, size = res->fd_length;
+    range_kind kind = requested_range(ctx, conn, size, &first, &n, &range);
+    if (kind == RANGE_WHOLE)
+        return 0;
+    if (kind == RANGE_UNSATISFIABLE) {
+        snprintf(range_header, range_size, "bytes */%" PRIu64, size);
+        return 1;
+    }
+    res->fd_offset += first;
+    res->fd_length = n;
+    res->status = 206;
+    snprintf(range_header, range_size, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, first,
+             first + n - 1, size);
+    return 0;
+}
+
+static enum MHD_Result send_problem_range(request_ctx *ctx, struct MHD_Connection *conn,
+                                          const char *content_range)
+{
+    cellar_error e;
+    cellar_error_clear(&e);
+    cellar_fail(&e, CELLAR_ERANGE, "the range is outside the answer (%s)", content_range);
+    if (ctx->res.fd >= 0)
+        close(ctx->res.fd);
+    ctx->res.fd = -1;
+    ctx->res.n_headers = 0;
+    if (api_add_header(&ctx->req, &ctx->res, "Content-Range", content_range) != 0)
+        return MHD_NO;
+    buf body = {0};
+    int status = problem_render(&e, ctx->req.path, &body);
+    return send_body(ctx, conn, status, PROBLEM_CONTENT_TYPE, &body, &ctx->res);
 }
 
 /* A file-backed body (res->fd, sent with sendfile, never compressed) or a
@@ -390,7 +621,19 @@ static enum MHD_Result send_body(request_ctx *ctx, struct MHD_Connection *conn, 
 static enum MHD_Result send_direct(request_ctx *ctx, struct MHD_Connection *conn)
 {
     api_response *res = &ctx->res;
+    if (res->status == 304 || (ctx->not_modified && (res->status == 200 || !res->status))) {
+        enum MHD_Result ret = send_not_modified(ctx, conn, res->fd_length);
+        if (res->fd >= 0)
+            close(res->fd);
+        res->fd = -1;
+        return ret;
+    }
     struct MHD_Response *r = NULL;
+    char content_range[96] = "";
+    int ranged = res->fd >= 0 && ctx->route.id != ROUTE_ZARR_RAW && (res->status == 200 || !res->status) &&
+                 content_ranged(res->content_type);
+    if (ranged && range_of_file(ctx, conn, res, content_range, sizeof content_range))
+        return send_problem_range(ctx, conn, content_range);
     if (res->fd >= 0 && res->fd_length > 0) {
         r = MHD_create_response_from_fd_at_offset64(res->fd_length, res->fd,
                                                     (int64_t)res->fd_offset);
@@ -407,6 +650,12 @@ static enum MHD_Result send_direct(request_ctx *ctx, struct MHD_Connection *conn
     add_common_headers(ctx, r);
     for (size_t i = 0; i < res->n_headers; i++)
         MHD_add_response_header(r, res->headers[i].name, res->headers[i].value);
+    if (ranged) {
+        MHD_add_response_header(r, "Accept-Ranges", "bytes");
+        MHD_add_response_header(r, "Vary", "Accept, Accept-Encoding");
+    }
+    if (content_range[0])
+        MHD_add_response_header(r, "Content-Range", content_range);
     ctx->status = status;
     ctx->bytes_out = status == 304 ? 0 : res->fd_length;
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
@@ -607,12 +856,18 @@ static int run_handler(request_ctx *ctx, cellar_error *err)
         store_release(req->store);
         req->store = NULL;
         ctx->answer_key = NULL; /* its key names the version that changed */
+        ctx->etag = NULL;
         cellar_error_clear(err);
         struct timespec pause = {0, 5 * 1000 * 1000 * attempt};
         nanosleep(&pause, NULL);
         rc = api_open_store(req, err);
         if (rc)
             return rc;
+        if (ctx->route.id != ROUTE_ZARR_RAW && router_method(req->method) != METHOD_POST &&
+            (make_answer_key(ctx, ctx->conn) || representation_etag(ctx)))
+            return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+        /* A conditional that held for the old version says nothing of this one. */
+        ctx->not_modified = 0;
     }
 }
 
@@ -630,6 +885,28 @@ static int overdue(request_ctx *ctx, cellar_error *err)
                 "the request took longer than %g s (--request-timeout-seconds); retry",
                 watchdog_timeout(ctx->srv->watch));
     return 1;
+}
+
+/* If-Match (strong comparison), else If-Unmodified-Since: 412 when it
+ * fails (RFC 9110 13.1.1, 13.1.4); err says which. */
+static int precondition_failed(request_ctx *ctx, struct MHD_Connection *conn, cellar_error *err)
+{
+    const char *im = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-Match");
+    if (im) {
+        if (etag_list_holds(im, ctx->etag, 1))
+            return 0;
+        cellar_fail(err, CELLAR_EPRECONDITION,
+                    "If-Match: the representation's ETag is now %s", ctx->etag);
+        return 1;
+    }
+    const char *ius = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-Unmodified-Since");
+    time_t since;
+    if (ius && http_date_parse(ius, &since) == 0 && store_mtime(ctx->req.store).tv_sec > since) {
+        cellar_fail(err, CELLAR_EPRECONDITION,
+                    "If-Unmodified-Since: the store changed after that date");
+        return 1;
+    }
+    return 0;
 }
 
 static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, const char *url)
@@ -655,6 +932,7 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
     req->accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept");
     req->header = request_header;
     req->header_ctx = conn;
+    ctx->conn = conn;
 
     if (!ctx->route.handler) {
         buf body = {0};
@@ -671,15 +949,21 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
         rc = api_open_store(req, &err);
         if (overdue(ctx, &err) || rc)
             return send_problem(ctx, conn, &err, NULL);
+        if (method != METHOD_POST && (make_answer_key(ctx, conn) || representation_etag(ctx))) {
+            cellar_fail(&err, CELLAR_ENOMEM, "out of memory");
+            return send_problem(ctx, conn, &err, NULL);
+        }
+        if (method != METHOD_POST && precondition_failed(ctx, conn, &err))
+            return send_problem(ctx, conn, &err, NULL);
         /* If-None-Match wins over If-Modified-Since (RFC 9110 13.1.3). */
         const char *inm = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-None-Match");
         const char *ims =
             MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-Modified-Since");
-        if (inm ? etag_matches(inm, store_etag(req->store))
-                : not_modified_since(ims, store_mtime(req->store)))
-            return send_empty(ctx, conn, 304, NULL);
+        ctx->not_modified = method != METHOD_POST &&
+                            (inm ? etag_list_holds(inm, ctx->etag, 0)
+                                 : not_modified_since(ims, store_mtime(req->store)));
         if (method != METHOD_POST && ctx->srv->cfg->answer_cache_bytes &&
-            make_answer_key(ctx, conn) == 0) {
+            !MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Range")) {
             cached_use use = {ctx, conn};
             int queued = 0;
             if (answer_cache_use(ctx->srv->answers, ctx->answer_key, ctx->answer_key_len,

@@ -54,10 +54,12 @@
 #include "api/zarr/routes.h"
 #include "api/encode/problem.h"
 #include "storage/zarr/zarr.h"
+#include "common/byte_range.h"
+#include "common/validators.h"
 
 #define KEY_MAX 2048
 
-typedef enum range_kind { RANGE_WHOLE = 0, RANGE_PART, RANGE_UNSATISFIABLE } range_kind;
+
 
 /* The dot-names a zarr store holds (v2 metadata); every other segment
  * that starts with a dot (.git, .env, .DS_Store) is not a zarr key. */
@@ -133,25 +135,6 @@ static const char *key_content_type(const char *key)
     return "application/octet-stream";
 }
 
-static void http_date(struct timespec ts, char *out, size_t n)
-{
-    struct tm tm;
-    time_t t = ts.tv_sec;
-    gmtime_r(&t, &tm);
-    strftime(out, n, "%a, %d %b %Y %H:%M:%S GMT", &tm);
-}
-
-static int parse_http_date(const char *text, time_t *out)
-{
-    struct tm tm;
-    memset(&tm, 0, sizeof tm);
-    const char *end = strptime(text, "%a, %d %b %Y %H:%M:%S GMT", &tm);
-    if (!end)
-        return -1;
-    *out = timegm(&tm);
-    return 0;
-}
-
 #define ETAG_MAX 192
 #define DATE_MAX 40
 
@@ -170,102 +153,53 @@ static int key_etag(const char *store_tag, const struct stat *st, char out[ETAG_
     return n < 0 || (size_t)n >= ETAG_MAX - (len - 1) ? -1 : 0;
 }
 
-/* If-None-Match: a list of entity tags or "*"; weak comparison (a W/
- * prefix is ignored). */
-static int etag_list_matches(const char *header, const char *etag)
+#define MULTIPART_BOUNDARY "cellar-byteranges-3d9f2a7c"
+
+typedef int (*span_reader)(const void *src, uint64_t off, size_t n, char *to);
+
+static int read_memory(const void *src, uint64_t off, size_t n, char *to)
 {
-    size_t elen = strlen(etag);
-    const char *s = header;
-    while (*s) {
-        while (*s == ' ' || *s == '\t' || *s == ',')
-            s++;
-        if (!*s)
-            break;
-        if (*s == '*')
-            return 1;
-        if (!strncmp(s, "W/", 2))
-            s += 2;
-        const char *e = s;
-        if (*e == '"') {
-            e = strchr(e + 1, '"');
-            e = e ? e + 1 : s + strlen(s);
-        } else {
-            while (*e && *e != ',')
-                e++;
-        }
-        if ((size_t)(e - s) == elen && !memcmp(s, etag, elen))
-            return 1;
-        s = e;
-    }
+    memcpy(to, (const char *)src + off, n);
     return 0;
 }
 
-/* Parses a decimal number, saturating at UINT64_MAX (a huge position is
- * still a position: past the end); -1 when empty or not all digits. */
-static int parse_u64(const char *s, size_t len, uint64_t *out)
+static int read_fd(const void *src, uint64_t off, size_t n, char *to)
 {
-    if (len == 0)
-        return -1;
-    uint64_t v = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9')
+    int fd = *(const int *)src;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, to + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
             return -1;
-        unsigned d = (unsigned)(s[i] - '0');
-        v = v > (UINT64_MAX - d) / 10 ? UINT64_MAX : v * 10 + d;
+        got += (size_t)r;
     }
-    *out = v;
     return 0;
 }
 
-/* Interprets a Range header against a body of `size` bytes. */
-static range_kind parse_range(const char *header, uint64_t size, uint64_t *first,
-                              uint64_t *len)
+/* The multipart/byteranges body of the parts of a body of size bytes of
+ * type ctype, read from src. */
+static int multipart_body(api_request *req, api_response *res, const byte_parts *pt, uint64_t size,
+                          const char *ctype, span_reader read, const void *src, cellar_error *err)
 {
-    while (*header == ' ')
-        header++;
-    if (strncasecmp(header, "bytes=", 6) != 0)
-        return RANGE_WHOLE; /* another unit: ignored */
-    const char *spec = header + 6;
-    while (*spec == ' ')
-        spec++;
-    if (strchr(spec, ','))
-        return RANGE_WHOLE; /* several ranges: the whole body, 200 */
-    size_t n = strlen(spec);
-    while (n && (spec[n - 1] == ' ' || spec[n - 1] == '\t'))
-        n--;
-    const char *dash = memchr(spec, '-', n);
-    if (!dash)
-        return RANGE_WHOLE; /* malformed: ignored */
-    size_t a_len = (size_t)(dash - spec), b_len = n - a_len - 1;
-    uint64_t a = 0, b = 0;
-    if (a_len == 0) { /* bytes=-n: the last n bytes */
-        if (parse_u64(dash + 1, b_len, &b) != 0)
-            return RANGE_WHOLE;
-        if (b == 0 || size == 0)
-            return RANGE_UNSATISFIABLE;
-        if (b > size)
-            b = size;
-        *first = size - b;
-        *len = b;
-        return RANGE_PART;
+    for (int i = 0; i < pt->n; i++) {
+        if (buf_printf(&res->body,
+                       "\r\n--" MULTIPART_BOUNDARY "\r\nContent-Type: %s\r\n"
+                       "Content-Range: bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64 "\r\n\r\n",
+                       ctype, pt->first[i], pt->first[i] + pt->len[i] - 1, size) != 0)
+            return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+        char *to = buf_reserve(&res->body, (size_t)pt->len[i]);
+        if (!to)
+            return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+        if (read(src, pt->first[i], (size_t)pt->len[i], to) != 0)
+            return cellar_fail(err, CELLAR_EIO, "cannot read key '%.300s'", req->key);
+        res->body.len += (size_t)pt->len[i];
     }
-    if (parse_u64(spec, a_len, &a) != 0)
-        return RANGE_WHOLE;
-    if (b_len == 0) {
-        b = UINT64_MAX;
-    } else {
-        if (parse_u64(dash + 1, b_len, &b) != 0)
-            return RANGE_WHOLE;
-        if (b < a)
-            return RANGE_UNSATISFIABLE;
-    }
-    if (a >= size)
-        return RANGE_UNSATISFIABLE;
-    if (b >= size)
-        b = size - 1;
-    *first = a;
-    *len = b - a + 1;
-    return RANGE_PART;
+    if (buf_puts(&res->body, "\r\n--" MULTIPART_BOUNDARY "--\r\n") != 0)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    res->content_type = "multipart/byteranges; boundary=" MULTIPART_BOUNDARY;
+    return 0;
 }
 
 /* If-Range: the Range applies only when the validator still matches
@@ -281,7 +215,7 @@ static int if_range_holds(const char *header, const char *etag, struct timespec 
     if (!strncmp(header, "W/", 2))
         return 0;
     time_t t;
-    return parse_http_date(header, &t) == 0 && t == mtime.tv_sec;
+    return http_date_parse(header, &t) == 0 && t == mtime.tv_sec;
 }
 
 typedef struct validators {
@@ -307,34 +241,50 @@ static int not_modified(const api_request *req, const validators *v)
 {
     const char *inm = api_request_header(req, "If-None-Match");
     if (inm)
-        return etag_list_matches(inm, v->etag);
+        return etag_list_holds(inm, v->etag, 0);
     const char *ims = api_request_header(req, "If-Modified-Since");
     time_t since;
-    return ims && parse_http_date(ims, &since) == 0 && v->mtime.tv_sec <= since;
+    return ims && http_date_parse(ims, &since) == 0 && v->mtime.tv_sec <= since;
 }
 
 /* Decides status and the byte span [*first, *first + *len) of a body of
  * `size` bytes: 304, 206, 416 (with its problem body) or 200.  Adds the
  * headers. */
 static int answer_span(api_request *req, api_response *res, const validators *v,
-                       uint64_t size, uint64_t *first, uint64_t *len, cellar_error *err)
+                       uint64_t size, uint64_t *first, uint64_t *len, byte_parts *pt,
+                       cellar_error *err)
 {
     int rc = add_validators(req, res, v, err);
     if (rc)
         return rc;
     *first = 0;
     *len = size;
+    pt->n = 0;
     if (not_modified(req, v)) {
         res->status = 304;
+        res->fd_length = size; /* the 304 states the 200's length */
         *len = 0;
         return 0;
     }
     res->status = 200;
-    const char *range = api_request_header(req, "Range");
+    /* Range applies to GET only (RFC 9110 14.2). */
+    const char *range = strcmp(req->method, "GET") ? NULL : api_request_header(req, "Range");
     if (!range || !if_range_holds(api_request_header(req, "If-Range"), v->etag, v->mtime))
         return 0;
     char text[96];
-    switch (parse_range(range, size, first, len)) {
+    range_kind kind = strchr(range, ',') ? byte_ranges_parse(range, size, pt) : byte_range_parse(range, size, first, len);
+    if (kind == RANGE_PART && pt->n == 1) { /* one part left: a plain 206 */
+        *first = pt->first[0];
+        *len = pt->len[0];
+        pt->n = 0;
+    }
+    if (kind == RANGE_PART && pt->n > 1) {
+        res->status = 206;
+        *first = 0;
+        *len = 0;
+        return 0;
+    }
+    switch (kind) {
     case RANGE_WHOLE:
         *first = 0;
         *len = size;
@@ -441,9 +391,13 @@ static int serve_built_doc(api_request *req, api_response *res, const built_doc 
     http_date(store_mtime(s), date, sizeof date);
     validators v = {etag, date, store_mtime(s)};
     uint64_t first = 0, len = 0;
-    rc = answer_span(req, res, &v, doc->len, &first, &len, err);
+    byte_parts pt;
+    rc = answer_span(req, res, &v, doc->len, &first, &len, &pt, err);
     if (rc)
         return rc;
+    if (pt.n)
+        return multipart_body(req, res, &pt, doc->len, "application/json", read_memory, doc->text,
+                              err);
     if (res->status == 200 || res->status == 206) {
         res->content_type = "application/json";
         if (buf_append(&res->body, doc->text + first, (size_t)len) != 0)
@@ -807,8 +761,13 @@ static int serve_kept(api_request *req, api_response *res, raw_keys *keys, const
     }
     validators v = {o.etag, o.date, o.st.st_mtim};
     uint64_t first = 0, len = 0;
-    *rc = answer_span(req, res, &v, (uint64_t)o.st.st_size, &first, &len, err);
-    if (*rc == 0 && (res->status == 200 || res->status == 206)) {
+    byte_parts pt;
+    *rc = answer_span(req, res, &v, (uint64_t)o.st.st_size, &first, &len, &pt, err);
+    if (*rc == 0 && pt.n) {
+        res->stored_bytes = 1;
+        *rc = multipart_body(req, res, &pt, (uint64_t)o.st.st_size, key_content_type(key),
+                             read_memory, kept.data, err);
+    } else if (*rc == 0 && (res->status == 200 || res->status == 206)) {
         res->content_type = key_content_type(key);
         res->stored_bytes = 1;
         if (first == 0 && len == kept.len) {
@@ -825,11 +784,10 @@ static int serve_kept(api_request *req, api_response *res, raw_keys *keys, const
 
 int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
 {
-    static const char *const allowed[] = {NULL};
-    int rc = api_check_params(req, allowed, err);
-    if (rc)
-        return rc;
-    rc = api_open_store(req, err);
+    /* No parameter check: a key is a file, and signed or cache-busting
+     * URLs (?token=..., ?v=3) that zarrita.js and fsspec send must reach
+     * it, as on a static file server. */
+    int rc = api_open_store(req, err);
     if (rc)
         return rc;
     store *s = req->store;
@@ -895,8 +853,16 @@ int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
 
     validators v = {o.etag, o.date, o.st.st_mtim};
     uint64_t first = 0, len = 0;
-    rc = answer_span(req, res, &v, (uint64_t)o.st.st_size, &first, &len, err);
+    byte_parts pt;
+    rc = answer_span(req, res, &v, (uint64_t)o.st.st_size, &first, &len, &pt, err);
     if (rc || (res->status != 200 && res->status != 206)) {
+        close(o.fd);
+        return rc;
+    }
+    if (pt.n) {
+        res->stored_bytes = 1;
+        rc = multipart_body(req, res, &pt, (uint64_t)o.st.st_size, key_content_type(key), read_fd,
+                            &o.fd, err);
         close(o.fd);
         return rc;
     }
