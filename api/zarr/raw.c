@@ -782,6 +782,132 @@ static int serve_kept(api_request *req, api_response *res, raw_keys *keys, const
     return 1;
 }
 
+/* ---- directory indexes ---- */
+
+/* Appends text as a URL path with only what would change its meaning
+ * percent-encoded (controls, '#', '%', '?'): fsspec takes the names from
+ * the links without decoding them, so anything more (a space as %20)
+ * would reach zarr as a different name; it quotes what it requests
+ * itself, as browsers do. */
+static int put_url_path(buf *out, const char *text)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        int plain = *p >= 0x20 && *p != 0x7f && !strchr("#%?", *p);
+        char esc[3] = {'%', hex[*p >> 4], hex[*p & 15]};
+        if (plain ? buf_putc(out, (char)*p) : buf_append(out, esc, 3))
+            return -1;
+    }
+    return 0;
+}
+
+/* Appends text escaped for HTML text and attribute values. */
+static int put_html(buf *out, const char *text)
+{
+    for (const char *p = text; *p; p++) {
+        const char *e = *p == '<' ? "&lt;" : *p == '>' ? "&gt;" : *p == '&' ? "&amp;"
+                      : *p == '"' ? "&quot;" : *p == '\'' ? "&#39;" : NULL;
+        if (e ? buf_puts(out, e) : buf_putc(out, *p))
+            return -1;
+    }
+    return 0;
+}
+
+/* The HTML index of directory rel of the store, as static file servers
+ * answer a directory (fsspec's HTTP filesystem lists a directory by
+ * reading the links of its page): one absolute link per entry the raw
+ * route serves, directories ending in '/'. */
+static int index_page(api_request *req, const char *rel, const char **names, size_t n, buf *out)
+{
+    buf base = {0};
+    int rc = buf_puts(&base, "/v1/stores/") || put_url_path(&base, store_name(req->store)) ||
+             buf_puts(&base, "/zarr/") || (rel[0] && (put_url_path(&base, rel) ||
+                                                      buf_putc(&base, '/'))) ||
+             buf_putc(&base, '\0');
+    if (!rc) {
+        rc = buf_puts(out, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Index of ") ||
+             put_html(out, base.data) || buf_puts(out, "</title></head>\n<body><h1>Index of ") ||
+             put_html(out, base.data) || buf_puts(out, "</h1>\n<ul>\n");
+    }
+    for (size_t i = 0; !rc && i < n; i++) {
+        buf href = {0};
+        rc = buf_puts(&href, base.data) || put_url_path(&href, names[i]) || buf_putc(&href, '\0') ||
+             buf_puts(out, "<li><a href=\"") || put_html(out, href.data) || buf_puts(out, "\">") ||
+             put_html(out, names[i]) || buf_puts(out, "</a></li>\n");
+        buf_destroy(&href);
+    }
+    if (!rc)
+        rc = buf_puts(out, "</ul>\n</body></html>\n");
+    buf_destroy(&base);
+    return rc ? -1 : 0;
+}
+
+/* Answers directory rel ("" for the store's own) with its index; 0 with
+ * *answered = 0 when rel is no directory of the store. */
+static int serve_directory(api_request *req, api_response *res, const char *rel, int *answered,
+                           cellar_error *err)
+{
+    *answered = 0;
+    const char **names = NULL;
+    size_t n = 0;
+    cellar_error local;
+    cellar_error_clear(&local);
+    int rc = zarr_key_directory(store_root(req->store), rel, req->arena, &names, &n, &local);
+    if (rc == CELLAR_ENOTFOUND)
+        return 0;
+    if (rc) {
+        *err = local;
+        return rc;
+    }
+    *answered = 1;
+    buf page = {0};
+    if (index_page(req, rel, names, n, &page) != 0) {
+        buf_destroy(&page);
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    }
+    const char *tag = store_etag(req->store);
+    size_t tl = strlen(tag);
+    uint64_t h = key_hash(page.data ? page.data : "");
+    char *etag = tl >= 2 ? arena_alloc(req->arena, tl + 24) : NULL;
+    if (!etag) {
+        buf_destroy(&page);
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    }
+    memcpy(etag, tag, tl - 1);
+    snprintf(etag + tl - 1, 24, "-d%016" PRIx64 "\"", h);
+    char date[DATE_MAX];
+    http_date(store_mtime(req->store), date, sizeof date);
+    validators v = {etag, date, store_mtime(req->store)};
+    uint64_t first = 0, len = 0;
+    byte_parts pt;
+    rc = answer_span(req, res, &v, page.len, &first, &len, &pt, err);
+    if (!rc && pt.n)
+        rc = multipart_body(req, res, &pt, page.len, "text/html; charset=utf-8", read_memory,
+                            page.data, err);
+    else if (!rc && (res->status == 200 || res->status == 206)) {
+        res->content_type = "text/html; charset=utf-8";
+        if (buf_append(&res->body, page.data + first, (size_t)len) != 0)
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    }
+    buf_destroy(&page);
+    return rc;
+}
+
+/* The directory a key names: "" (the store), "a/b/" with its slash, or
+ * NULL when key does not end like one. */
+static char *directory_of(arena *a, const char *key)
+{
+    size_t n = strlen(key);
+    if (n == 0)
+        return arena_strdup(a, "");
+    if (key[n - 1] != '/')
+        return NULL;
+    char *rel = arena_strdup(a, key);
+    if (rel)
+        rel[n - 1] = '\0';
+    return rel && key_is_safe(rel) ? rel : NULL;
+}
+
 int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
 {
     /* No parameter check: a key is a file, and signed or cache-busting
@@ -798,9 +924,15 @@ int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
                            "only (a virtual zarr view of HDF5 stores is planned)",
                            name);
     const char *key = req->key ? req->key : "";
-    if (!*key)
-        return cellar_fail(err, CELLAR_ENOTFOUND,
-                           "name a zarr key after /zarr/ (e.g. .zgroup, zarr.json or a chunk)");
+    const char *dir = directory_of(req->arena, key);
+    if (dir || !*key) {
+        int answered = 0;
+        rc = dir ? serve_directory(req, res, dir, &answered, err) : 0;
+        if (rc || answered)
+            return rc;
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no directory '%.300s' in zarr store '%.300s'",
+                           key, name);
+    }
     if (!key_is_safe(key)) {
         fprintf(stderr, "cellar: refused zarr key '%.300s' of '%.300s' (not a plain relative key)\n",
                 log_text(req->arena, key), name);
@@ -810,6 +942,10 @@ int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
     /* Only what zarr reads: metadata files and declared chunk keys; never
      * .git/config, .env, editor backups or other files kept beside. */
     if (!zarr_store_has_key(store_root(s), key)) {
+        int answered = 0;
+        rc = serve_directory(req, res, key, &answered, err);
+        if (rc || answered)
+            return rc;
         fprintf(stderr, "cellar: refused zarr key '%.300s' of '%.300s' (not a zarr key)\n",
                 log_text(req->arena, key), name);
         return cellar_fail(err, CELLAR_ENOTFOUND, "no key '%.300s' in zarr store '%.300s'", key,

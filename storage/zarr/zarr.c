@@ -902,3 +902,78 @@ int zarr_store_has_key(node *root, const char *key)
     }
     return is_chunk_key(&((const zarr_node *)cur->impl)->arr, rest);
 }
+
+/* ---- listing a directory of keys ----------------------------------------- */
+
+/* Whether the entry name of directory rel (open as dir) is one the raw
+ * route would list: a subdirectory with a plain name, or a file that is a
+ * zarr key.  *is_dir says which. */
+static int listed_entry(node *root, int dir, const char *rel, const struct dirent *e,
+                        int *is_dir)
+{
+    *is_dir = 0;
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+        return 0;
+    unsigned char type = e->d_type;
+    if (type == DT_UNKNOWN || type == DT_LNK) {
+        struct stat st;
+        if (fstatat(dir, e->d_name, &st, 0) != 0)
+            return 0;
+        type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
+    }
+    size_t nl = strlen(e->d_name);
+    if (type == DT_DIR) {
+        *is_dir = 1;
+        return valid_name(e->d_name) && e->d_name[nl - 1] != '~';
+    }
+    if (type != DT_REG)
+        return 0;
+    char key[4096];
+    int n = snprintf(key, sizeof key, "%s%s%s", rel, rel[0] ? "/" : "", e->d_name);
+    return n > 0 && (size_t)n < sizeof key && zarr_store_has_key(root, key);
+}
+
+int zarr_key_directory(node *root, const char *rel, arena *a, const char ***names,
+                       size_t *count, cellar_error *err)
+{
+    *names = NULL;
+    *count = 0;
+    zarr_store *s = store_of(root);
+    DIR *d = zarr_dir_list(&s->files, rel);
+    if (!d) {
+        int e = errno;
+        if (e == ENOENT || e == ENOTDIR || e == EXDEV || e == ELOOP)
+            return cellar_fail(err, CELLAR_ENOTFOUND, "no directory '%s' in the store", rel);
+        return cellar_fail(err, list_failure(e), "cannot list '/%s': %s", rel, strerror(e));
+    }
+    name_list l = {0};
+    int rc = 0;
+    struct dirent *e;
+    while (!rc && (e = readdir(d))) {
+        int is_dir = 0;
+        if (!listed_entry(root, dirfd(d), rel, e, &is_dir))
+            continue;
+        char name[1100];
+        int n = snprintf(name, sizeof name, "%s%s", e->d_name, is_dir ? "/" : "");
+        if (n < 0 || (size_t)n >= sizeof name)
+            continue;
+        if (name_add(&l, name, (size_t)n))
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '/%s'", rel);
+    }
+    zarr_dir_note_fd(&s->files, dirfd(d));
+    closedir(d);
+    if (!rc && l.n)
+        qsort(l.v, l.n, sizeof *l.v, cmp_str);
+    const char **out = rc ? NULL : arena_calloc(a, l.n ? l.n : 1, sizeof *out);
+    if (!rc && !out)
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '/%s'", rel);
+    for (size_t i = 0; !rc && i < l.n; i++)
+        if (!(out[i] = arena_strdup(a, l.v[i])))
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '/%s'", rel);
+    if (!rc) {
+        *names = out;
+        *count = l.n;
+    }
+    name_list_free(&l);
+    return rc;
+}

@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include "common/arena.h"
 #include "common/error.h"
 #include "storage/node.h"
 
@@ -55,6 +56,15 @@ int zarr_build_consolidated(node *root, char **json_text, size_t *len, cellar_er
  * consolidated metadata or is an array (serve the file as it is),
  * CELLAR_EFORMAT, CELLAR_EIO, CELLAR_ENOMEM. */
 int zarr_build_consolidated_v3(node *root, char **json_text, size_t *len, cellar_error *err);
+
+/* The entries of the store directory rel ("" for the store's own) of the
+ * version root, as a static file server lists them but only what the raw
+ * route serves: files that are zarr keys (zarr_store_has_key) and
+ * subdirectories with plain names (their names end in '/'), sorted, in
+ * a's memory.  Opened beneath the version's directory.  CELLAR_ENOTFOUND
+ * when rel is no directory of the store. */
+int zarr_key_directory(node *root, const char *rel, arena *a, const char ***names,
+                       size_t *count, cellar_error *err);
 
 /* The zarr format (2 or 3) of the store whose tree root was opened by
  * zarr_open. */

@@ -545,7 +545,6 @@ def test_raw_on_hdf5_store_is_404_planned(zserver):
     for store in (Z.AD_H5, Z.MU_H5, Z.TD_H5):
         assert_problem(zserver.get(raw(store, "X/.zarray")), 404, detail_contains="planned")
     assert_problem(zserver.get(raw("nope.zarr", ".zgroup")), 404)
-    assert_problem(zserver.get(store_path(Z.V2) + "/zarr"), 404)
 
 
 def _canon(meta: dict) -> dict:
@@ -675,6 +674,51 @@ def test_zarr_python_sharded_partial_read_uses_range(zserver, zroot):
     lines = [ln for ln in _server_log_since(zserver, offset)
              if f"/{Z.V3_SHARDED}/zarr/X/c/0/0 " in ln]
     assert lines and all(" 206 " in ln for ln in lines), lines
+
+
+@pytest.mark.parametrize("store", [Z.NO_ZMETA, Z.V3_SHARDED, "mu_v2.zarr"])
+def test_unconsolidated_open_lists_directories(zserver, zroot, store):
+    """zarr.open_group(url, use_consolidated=False) lists groups through
+    fsspec's HTTP filesystem, which GETs a directory's URL and reads the
+    links of its page: cellar answers a directory (with or without its
+    slash) with an HTML index of the keys it serves (issue 16, item 1).
+    It used to be 404, and the group came out empty."""
+    import fsspec
+    import zarr
+    fs = fsspec.filesystem("http")
+    base = _remote(zserver, store)
+    here = zarr.open_group(zroot / store, mode="r", use_consolidated=False)
+    for url in (base, base + "/"):
+        listed = sorted(p.rstrip("/").rsplit("/", 1)[1] for p in fs.ls(url, detail=False))
+        local_names = sorted(p.name for p in (zroot / store).iterdir() if not p.name.startswith(".")
+                             or p.name in (".zgroup", ".zattrs", ".zarray", ".zmetadata"))
+        assert listed == local_names
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        remote = zarr.open_group(base, mode="r", use_consolidated=False)
+        assert sorted(remote.keys()) == sorted(here.keys())
+        assert sorted(Z.arrays(remote)) == sorted(Z.arrays(here))
+
+
+def test_directory_index_lists_only_keys(zserver, zroot):
+    """The index of a directory holds only what the raw route serves: no
+    dotfiles, .git/, editor backups or other files; a file is no
+    directory, and a directory that is not there is 404."""
+    d = zroot / Z.SCRATCH
+    (d / ".env").write_text("SECRET=1")
+    (d / "notes.txt").write_text("x")
+    (d / "obs~").mkdir(exist_ok=True)
+    (d / ".git").mkdir(exist_ok=True)
+    zserver.get(raw(Z.SCRATCH, ""))  # notices the files added: a new version
+    r = zserver.get(raw(Z.SCRATCH, ""))
+    assert r.status_code == 200 and r.headers["Content-Type"] == "text/html; charset=utf-8"
+    for hidden in (".env", "notes.txt", "obs~", ".git", "SECRET"):
+        assert hidden not in r.text
+    assert f'href="/v1/stores/{Z.SCRATCH}/zarr/X/"' in r.text
+    assert "ETag" in r.headers
+    assert zserver.get(raw(Z.SCRATCH, ""), _headers={"If-None-Match": r.headers["ETag"]}).status_code == 304
+    assert_problem(zserver.get(raw(Z.SCRATCH, "nope/")), 404)
+    assert_problem(zserver.get(raw(Z.SCRATCH, ".git/")), 404)
 
 
 def test_anndata_read_zarr_over_http_equals_local(zserver, local):
