@@ -859,6 +859,7 @@ static int listing_push(listing_acc *acc, const char *name, const struct stat *s
     e->backend = backend_of(name);
     e->kind = kind_from_suffix(name);
     e->bytes = (uint64_t)st->st_size;
+    e->bytes_known = 1;
     e->mtime = st->st_mtim;
     return e->name ? 0 : CELLAR_ENOMEM;
 }
@@ -933,7 +934,10 @@ int registry_list(registry *r, arena *a, store_listing **out, size_t *count,
         store *s = NULL;
         if (registry_get(r, acc.items[i].name, &s, NULL) == 0) {
             acc.items[i].kind = s->kind;
+            acc.items[i].bytes_known = store_total_bytes(s, &acc.items[i].bytes) == 0;
             store_release(s);
+        } else if (acc.items[i].backend == BACKEND_ZARR) {
+            acc.items[i].bytes_known = 0; /* a directory's own size says nothing */
         }
     }
     *out = acc.items;
@@ -978,6 +982,30 @@ int store_unchanged(const store *s)
 uint64_t store_bytes(const store *s)
 {
     return (uint64_t)s->id.size;
+}
+
+static int build_total_bytes(void *ctx, void **value, size_t *bytes, cellar_error *err)
+{
+    uint64_t *total = malloc(sizeof *total);
+    if (!total)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    if (zarr_store_bytes(ctx, total) != 0)
+        *total = UINT64_MAX;
+    *value = total;
+    *bytes = sizeof *total;
+    return 0;
+}
+
+int store_total_bytes(store *s, uint64_t *out)
+{
+    *out = (uint64_t)s->id.size;
+    if (s->backend != BACKEND_ZARR)
+        return 0;
+    void *value = NULL;
+    if (store_derived(s, "registry:total-bytes", build_total_bytes, s->root, free, &value, NULL))
+        return -1;
+    *out = *(uint64_t *)value;
+    return *out == UINT64_MAX ? -1 : 0;
 }
 
 struct timespec store_mtime(const store *s)

@@ -74,7 +74,8 @@ typedef struct store_listing {
     const char *name;
     store_kind kind;
     store_backend backend;
-    uint64_t bytes;
+    uint64_t bytes;      /* the file's, or a zarr store's files' total */
+    int bytes_known;     /* 0: too large to add up in bounded time (null) */
     struct timespec mtime;
 } store_listing;
 
@@ -108,6 +109,11 @@ store_kind store_get_kind(const store *s);
 store_backend store_get_backend(const store *s);
 node *store_root(store *s);
 uint64_t store_bytes(const store *s);
+
+/* What the store version holds on disk: the file's size, or for a zarr
+ * store every file below its directory added up once per version
+ * (bounded: -1 with *out unknown when the store is too large to walk). */
+int store_total_bytes(store *s, uint64_t *out);
 
 /* Whether the file on disk still has this version's identity.  Reads are
  * lazy, so a file rewritten in place while a request read it may have given

@@ -279,7 +279,7 @@ int api_stores_list(api_request *req, api_response *res, cellar_error *err)
         set(&d, o, "name", json_str_sanitized(list[i].name));
         set(&d, o, "kind", json_string(store_kind_name(list[i].kind)));
         set(&d, o, "backend", json_string(store_backend_name(list[i].backend)));
-        set(&d, o, "bytes", json_integer((json_int_t)list[i].bytes));
+        set(&d, o, "bytes", list[i].bytes_known ? json_integer((json_int_t)list[i].bytes) : json_null());
         set(&d, o, "mtime", iso_time(list[i].mtime));
         append(&d, stores, o);
     }
@@ -318,7 +318,9 @@ static int summary_doc(doc *d, store *s, arena *a, cellar_error *err)
     set(d, d->root, "name", json_str_sanitized(store_name(s)));
     set(d, d->root, "kind", json_string(store_kind_name(kind)));
     set(d, d->root, "backend", json_string(store_backend_name(store_get_backend(s))));
-    set(d, d->root, "bytes", json_integer((json_int_t)store_bytes(s)));
+    uint64_t bytes = 0;
+    set(d, d->root, "bytes",
+        store_total_bytes(s, &bytes) == 0 ? json_integer((json_int_t)bytes) : json_null());
     set(d, d->root, "mtime", iso_time(store_mtime(s)));
     set(d, d->root, "etag", json_string(store_etag(s)));
     set(d, d->root, "shape", shape2(d, ai.n_obs, ai.n_vars));

@@ -611,6 +611,12 @@ int64_t zarr_changed_since_open(node *root)
     return atomic_load(&store_of(root)->files.changed);
 }
 
+int zarr_store_bytes(node *root, uint64_t *bytes)
+{
+    /* A store of a million chunk files is walked in about a second. */
+    return zarr_dir_bytes(&store_of(root)->files, 2000000, 2.0, bytes);
+}
+
 int zarr_directory_fd(node *root)
 {
     return store_of(root)->files.fd;

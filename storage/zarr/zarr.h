@@ -70,6 +70,11 @@ int zarr_key_directory(node *root, const char *rel, arena *a, const char ***name
  * zarr_open. */
 int zarr_format(node *root);
 
+/* The bytes of the store version's files (every regular file below its
+ * directory), walked once per call: 0, or -1 when the store is too large
+ * to walk in bounded time (2 million entries or 2 s). */
+int zarr_store_bytes(node *root, uint64_t *bytes);
+
 /* The directory the store version (root from zarr_open) reads beneath,
  * opened O_PATH when it opened; it stays the version's own when the path
  * is later replaced.  Owned by the version: dup it to keep it longer. */

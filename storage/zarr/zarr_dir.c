@@ -242,3 +242,73 @@ DIR *zarr_dir_list(zarr_dir *d, const char *rel)
     }
     return dir;
 }
+
+/* ---- the bytes a version holds ----------------------------------------- */
+
+typedef struct bytes_walk {
+    uint64_t bytes, entries, max_entries;
+    struct timespec deadline;
+} bytes_walk;
+
+static int past(const struct timespec *deadline)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return now.tv_sec > deadline->tv_sec ||
+           (now.tv_sec == deadline->tv_sec && now.tv_nsec > deadline->tv_nsec);
+}
+
+/* Adds the regular files below the directory open as dir (taken over and
+ * closed); symlinks are not followed.  -1 when a bound was reached. */
+static int add_tree_bytes(int dir, bytes_walk *w, int depth)
+{
+    DIR *d = fdopendir(dir);
+    if (!d) {
+        close(dir);
+        return 0;
+    }
+    int rc = 0;
+    struct dirent *e;
+    while (!rc && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (++w->entries > w->max_entries || ((w->entries & 255) == 0 && past(&w->deadline))) {
+            rc = -1;
+            break;
+        }
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        if (S_ISREG(st.st_mode)) {
+            w->bytes += (uint64_t)st.st_size;
+        } else if (S_ISDIR(st.st_mode) && depth < 64) {
+            int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub >= 0)
+                rc = add_tree_bytes(sub, w, depth + 1);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+int zarr_dir_bytes(zarr_dir *d, uint64_t max_entries, double max_seconds, uint64_t *bytes)
+{
+    *bytes = 0;
+    if (d->fd < 0)
+        return -1;
+    int dir = openat(d->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0)
+        return -1;
+    bytes_walk w = {.max_entries = max_entries};
+    clock_gettime(CLOCK_MONOTONIC, &w.deadline);
+    w.deadline.tv_sec += (time_t)max_seconds;
+    w.deadline.tv_nsec += (long)((max_seconds - (double)(time_t)max_seconds) * 1e9);
+    if (w.deadline.tv_nsec >= 1000000000L) {
+        w.deadline.tv_sec++;
+        w.deadline.tv_nsec -= 1000000000L;
+    }
+    if (add_tree_bytes(dir, &w, 0) != 0)
+        return -1;
+    *bytes = w.bytes;
+    return 0;
+}

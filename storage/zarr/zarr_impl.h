@@ -127,6 +127,10 @@ void zarr_dir_note_fd(zarr_dir *d, int fd);
  * or NULL with errno. */
 DIR *zarr_dir_list(zarr_dir *d, const char *rel);
 
+/* The bytes of every regular file below d (symlinks not followed), or -1
+ * when the walk would pass max_entries entries or max_seconds. */
+int zarr_dir_bytes(zarr_dir *d, uint64_t max_entries, double max_seconds, uint64_t *bytes);
+
 /* Reads a selection of the array stored under directory `rel` of the store
  * version's directory d: numeric into out (out_bytes as node_read), strings
  * into sout from a (as node_read_strings; out NULL).  `what` is the node

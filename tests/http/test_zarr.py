@@ -721,6 +721,16 @@ def test_directory_index_lists_only_keys(zserver, zroot):
     assert_problem(zserver.get(raw(Z.SCRATCH, ".git/")), 404)
 
 
+@pytest.mark.parametrize("store", [Z.V2, Z.V3_SHARDED, "mu_v2.zarr", "td_v3.zarr"])
+def test_zarr_store_bytes_are_its_files(zserver, zroot, store):
+    """/v1/stores and the summary report a zarr store's bytes as its files
+    added up, not its directory entry's 4096 (issue 16, item 8)."""
+    files = sum(p.stat().st_size for p in (zroot / store).rglob("*") if p.is_file() and not p.is_symlink())
+    listed = {e["name"]: e for e in zserver.get("/v1/stores").json()["stores"]}
+    assert listed[store]["bytes"] == files
+    assert zserver.get(store_path(store)).json()["bytes"] == files
+
+
 def test_anndata_read_zarr_over_http_equals_local(zserver, local):
     import anndata as ad
     for store in (Z.V2, Z.V3_SHARDED):
