@@ -995,6 +995,35 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
                      &ctx->res.body, &ctx->res);
 }
 
+/* Whether Content-Length announces a body over --max-body-bytes: then it
+ * is refused at once, not read first (a client announcing 100 GB would
+ * otherwise hold the connection while it sends or stalls). */
+static int body_announced_too_big(request_ctx *ctx, struct MHD_Connection *conn)
+{
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+    if (!cl)
+        return 0;
+    uint64_t n = 0;
+    for (const char *p = cl; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return 0; /* libmicrohttpd refuses a malformed one itself */
+        n = n > (UINT64_MAX - 9) / 10 ? UINT64_MAX : n * 10 + (uint64_t)(*p - '0');
+    }
+    return n > ctx->srv->cfg->max_body_bytes;
+}
+
+/* The 413 for a body announced too big, queued before any of it is read;
+ * libmicrohttpd closes the connection after it. */
+static enum MHD_Result refuse_body(request_ctx *ctx, struct MHD_Connection *conn)
+{
+    cellar_error err;
+    cellar_error_clear(&err);
+    ctx->upload_too_big = 1;
+    cellar_fail(&err, CELLAR_ETOOBIG, "the request body is over the limit of %llu bytes",
+                (unsigned long long)ctx->srv->cfg->max_body_bytes);
+    return send_problem(ctx, conn, &err, NULL);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -1022,7 +1051,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         ctx->res.fd = -1;
         atomic_fetch_add(&srv->in_flight, 1);
         *con_cls = ctx;
-        return MHD_YES;
+        return body_announced_too_big(ctx, conn) ? refuse_body(ctx, conn) : MHD_YES;
     }
     if (*upload_data_size) {
         if (!ctx->upload_too_big &&

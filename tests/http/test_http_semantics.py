@@ -194,3 +194,53 @@ def test_problem_detail_with_invalid_utf8_in_request(server):
     r = server.raw(OBS + "?rows=a%FF%FE%F0%9D", headers={})
     body = assert_problem(r, 400)
     assert "\ufffd" in body["detail"] and body["instance"] == OBS
+
+
+# ---- item 9: what libmicrohttpd answers itself, and a body announced too big
+
+def _exchange(server, raw: bytes, timeout: float = 5.0) -> bytes:
+    import socket
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
+    try:
+        s.sendall(raw)
+        out = b""
+        while True:
+            try:
+                d = s.recv(65536)
+            except TimeoutError:
+                break
+            if not d:
+                break
+            out += d
+        return out
+    finally:
+        s.close()
+
+
+def test_body_announced_over_the_limit_is_refused_at_once(server):
+    import time
+    start = time.monotonic()
+    out = _exchange(server, b"POST " + store_path(W.FRAME, "obs").encode() + b" HTTP/1.1\r\n"
+                    b"Host: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: 99999999999\r\n\r\n{\"rows\":")
+    assert time.monotonic() - start < 4, "the server waited for a body it will refuse"
+    head, body = out.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 413 ")
+    assert b"Content-Type: application/problem+json" in head
+    problem = json.loads(body)
+    assert problem["status"] == 413 and "limit" in problem["detail"]
+    assert requests.get(server.url("/healthz")).status_code == 200
+
+
+@pytest.mark.parametrize("raw,status", [
+    (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+    (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 70000 + b"\r\n\r\n", 431),
+    (b"GET /healthz HTTP/2.5\r\nHost: x\r\n\r\n", 505),
+])
+def test_answers_libmicrohttpd_makes_itself(server, raw, status):
+    """These come from libmicrohttpd before cellar sees the request, with
+    its own short HTML body (README, "Errors" says so); the server keeps
+    serving."""
+    out = _exchange(server, raw)
+    assert out.startswith(f"HTTP/1.1 {status} ".encode())
+    assert requests.get(server.url("/healthz")).status_code == 200
