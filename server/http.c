@@ -853,12 +853,21 @@ static int run_handler(request_ctx *ctx, cellar_error *err)
                                "store '%s' kept changing on disk while being read; retry",
                                req->store_name);
         }
+        /* Past the quiet time a new version needs (a writer may still be
+         * going), a few ms at least, a second at most. */
+        double wait = store_settle_seconds(req->store) + 0.002;
+        if (wait < 0.005 * attempt)
+            wait = 0.005 * attempt;
+        if (wait > 1)
+            wait = 1;
         store_release(req->store);
         req->store = NULL;
         ctx->answer_key = NULL; /* its key names the version that changed */
         ctx->etag = NULL;
         cellar_error_clear(err);
-        struct timespec pause = {0, 5 * 1000 * 1000 * attempt};
+        struct timespec pause = {0, (long)(wait * 1e9)};
+        if (wait >= 1)
+            pause = (struct timespec){1, 0};
         nanosleep(&pause, NULL);
         rc = api_open_store(req, err);
         if (rc)

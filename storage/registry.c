@@ -289,8 +289,9 @@ static void mark_rewrite_locked(registry *r, const char *name, int64_t at)
 {
     for (size_t i = 0; i < r->n_marks; i++) {
         if (!strcmp(r->marks[i].name, name)) {
-            if (at > r->marks[i].at)
-                r->marks[i].at = at;
+            /* Strictly rising: every retired version's ETag stays its own,
+             * even when the change it saw predates the mark. */
+            r->marks[i].at = at > r->marks[i].at ? at : r->marks[i].at + 1;
             return;
         }
     }
@@ -977,6 +978,17 @@ int store_unchanged(const store *s)
     file_identity now;
     return !store_files_changed(s) && read_identity_as(s->path, s->backend, &s->id, &now) == 0 &&
            identity_equal(&now, &s->id);
+}
+
+double store_settle_seconds(const store *s)
+{
+    if (s->backend != BACKEND_ZARR || !s->root)
+        return 0;
+    int64_t at = zarr_settled_at(s->root);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    int64_t left = at - ((int64_t)now.tv_sec * 1000000000 + now.tv_nsec);
+    return at && left > 0 ? (double)left / 1e9 : 0;
 }
 
 uint64_t store_bytes(const store *s)

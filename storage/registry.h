@@ -120,6 +120,11 @@ int store_total_bytes(store *s, uint64_t *out);
  * bytes of the new contents: the server checks this after answering and
  * answers again from the new version when it fails. */
 int store_unchanged(const store *s);
+
+/* How long to wait before a new version of a store that changed under this
+ * one may be trusted (a zarr store rewritten file by file must be quiet a
+ * moment first), in seconds; 0 when it may be opened at once. */
+double store_settle_seconds(const store *s);
 struct timespec store_mtime(const store *s);
 
 /* Strong validator of this version, quoted, e.g. "\"2a-1f3-51200-1733150000.123\"". */

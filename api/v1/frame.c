@@ -143,10 +143,18 @@ static int parse_columns(api_request *req, frame_req *fr, cellar_error *err)
     if (!fr->cols)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
     if (!names) {
-        /* Default: every column in column-order that can be read. */
-        for (size_t i = 0; i < f->n_columns; i++)
+        /* Default: every column in column-order that can be read (those of
+         * encodings cellar does not read are left out).  A listed column
+         * that is not there at all is damage, or a store caught half
+         * written: anndata fails to read such a frame, and so does this. */
+        for (size_t i = 0; i < f->n_columns; i++) {
             if (f->columns[i].encoding)
                 fr->cols[fr->n_cols++] = &f->columns[i];
+            else if (!node_child_opt(f->group, f->columns[i].name))
+                return cellar_fail(err, CELLAR_EFORMAT,
+                                   "column '%s' is listed in column-order of %s but missing",
+                                   f->columns[i].name, fr->what);
+        }
         return 0;
     }
     for (size_t i = 0; i < n; i++) {

@@ -617,6 +617,12 @@ int zarr_store_bytes(node *root, uint64_t *bytes)
     return zarr_dir_bytes(&store_of(root)->files, 2000000, 2.0, bytes);
 }
 
+int64_t zarr_settled_at(node *root)
+{
+    int64_t changed = zarr_changed_since_open(root);
+    return changed ? changed + ZARR_SETTLE_NS : 0;
+}
+
 int zarr_directory_fd(node *root)
 {
     return store_of(root)->files.fd;

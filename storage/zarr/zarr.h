@@ -86,6 +86,11 @@ int zarr_directory_fd(node *root);
  * are made again from a new one. */
 int64_t zarr_changed_since_open(node *root);
 
+/* When a store whose version saw a change (zarr_changed_since_open) can be
+ * trusted again if nothing changes meanwhile: that change plus the quiet
+ * time a new version needs (ns since the epoch); 0 while none. */
+int64_t zarr_settled_at(node *root);
+
 /* Whether key names a zarr key of the store whose tree root was opened by
  * zarr_open, judged from the metadata alone (the file may still be
  * missing): a metadata file of the store's format (.zarray, .zgroup,

@@ -160,11 +160,14 @@ void zarr_dir_close(zarr_dir *d)
     d->path = NULL;
 }
 
-/* Keeps ctime as the newest change when it is at or after born. */
+/* Keeps ctime as the newest change when it is after born less
+ * ZARR_SETTLE_NS: a file changed that recently may belong to a rewrite
+ * still under way when the version opened (the version may hold part of
+ * the old and part of the new store). */
 static void note_ctime(zarr_dir *d, struct timespec ctime)
 {
     int64_t t = ns_of(ctime);
-    if (t < ns_of(d->born))
+    if (t < ns_of(d->born) - ZARR_SETTLE_NS)
         return;
     int64_t seen = atomic_load(&d->changed);
     while (t > seen && !atomic_compare_exchange_weak(&d->changed, &seen, t))

@@ -97,12 +97,20 @@ int zarr_open_file(const char *store_dir, const char *rel, int *fd, uint64_t *si
  * no user can set back: a file read (before and after its bytes are read),
  * a chunk found missing (its nearest existing directory) or a directory
  * listed whose ctime is at or after `born` was changed after the version
- * opened, and `changed` keeps the newest such ctime.  The registry then
+ * opened, and `changed` keeps the newest such ctime.  So does a ctime up
+ * to ZARR_SETTLE_NS before `born`: a version opened while a writer was
+ * still going (files rewritten one by one, a store deleted and written
+ * again) holds part of each store, so it is not trusted until the store
+ * has been quiet that long.  The registry then
  * serves a new version, and an answer made while it changed is made again
  * (server/http.c run_handler).  It costs one fstat per file read: in an
  * A/B run against the build before it (bench.zarr at BENCH_SCALE=1, caches
  * off, 100-row obs and X slices, 3 rounds of 5 s) within noise (1.02x and
  * 1.14x the requests/s). */
+/* How long a store must have been quiet for a version opened on it to be
+ * trusted whole (see zarr_dir); writers put files down milliseconds apart. */
+#define ZARR_SETTLE_NS ((int64_t)500 * 1000 * 1000)
+
 typedef struct zarr_dir {
     int fd;                   /* O_PATH on the directory; -1: every file missing */
     char *path;               /* its path when opened (the openat2 fallback) */

@@ -290,3 +290,44 @@ def test_head_matches_get(server):
     assert h.content == b""
     assert h.headers.get("ETag") == g.headers.get("ETag")
     assert h.headers["Content-Type"] == g.headers["Content-Type"]
+
+
+@pytest.mark.parametrize("fmt", ["h5ad", "zarr"])
+def test_listed_column_missing_is_422(tmp_path, server_factory, fmt):
+    """A column in column-order that is not in the group (damage, or a store
+    caught half written) makes the default answer 422, as anndata fails to
+    read it; the columns that are there can still be asked for by name."""
+    import shutil
+
+    import anndata as ad
+    import h5py
+
+    from conftest import assert_problem
+
+    root = tmp_path / "root"
+    root.mkdir()
+    obs = pd.DataFrame({"a": np.arange(4), "b": np.arange(4) * 2.0}, index=[f"c{i}" for i in range(4)])
+    adata = ad.AnnData(obs=obs)
+    name = f"gap.{fmt}"
+    if fmt == "zarr":
+        adata.write_zarr(root / name)
+        shutil.rmtree(root / name / "obs" / "b")
+        for meta in (root / name).rglob("*"):
+            if meta.name == ".zmetadata":
+                meta.unlink()
+    else:
+        adata.write_h5ad(root / name)
+        with h5py.File(root / name, "r+") as f:
+            del f["obs/b"]
+    if fmt == "zarr":
+        import json
+        root_json = root / name / "zarr.json"
+        if root_json.exists():
+            doc = json.loads(root_json.read_text())
+            doc.pop("consolidated_metadata", None)
+            root_json.write_text(json.dumps(doc))
+    srv = server_factory(root)
+    body = assert_problem(srv.get(store_path(name, "obs")), 422)
+    assert "'b'" in body["detail"] and "missing" in body["detail"]
+    r = srv.get(store_path(name, "obs"), columns="a")
+    assert r.status_code == 200 and r.json()["data"]["a"] == [0, 1, 2, 3]
