@@ -5,7 +5,12 @@ VERSION := 0.1.0
 PKGS    := libmicrohttpd hdf5 jansson libuv yajl libzstd liblz4 blosc zlib
 DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libhdf5-dev hdf5-plugin-lzf liblzf-dev \
             libjansson-dev libuv1-dev libyajl-dev zlib1g-dev libzstd-dev liblz4-dev \
-            libblosc-dev curl ca-certificates
+            libblosc-dev curl ca-certificates python3 python3-venv zstd
+# node and npm (tests/http/zarr_clients: zarrita.js, npm ci from its lock
+# file) come from Debian's nodejs and npm unless a node and an npm are on
+# PATH already (NodeSource's nodejs has its own npm, which Debian's npm
+# package would conflict with).
+DEB_CMDS := node:nodejs npm:npm
 
 # Compile on every core (CI has two).
 MAKEFLAGS += --jobs=$(shell nproc 2>/dev/null || echo 2)
@@ -36,8 +41,22 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/openapi.o
 UNIT_SRC := $(wildcard tests/unit/*.c)
 UNIT_OBJ := $(UNIT_SRC:%.c=$(BUILD)/%.o)
 
-PYTHON_FOR_VENV = $(shell sh tests/find_python.sh)
+# The test venv: Python 3.12+ with tests/requirements.txt (anndata 0.13,
+# mudata 0.4, treedata 0.4), else Python 3.11 (Debian 12's python3) with
+# tests/requirements-py311.txt (anndata 0.12, mudata 0.3, treedata 0.3), in
+# .venv311.  PYTHON_FOR_VENV=/usr/bin/python3 picks a Python by hand.  Looked
+# for only by the goals that use the venv (after make deps has installed one).
+ifneq ($(filter venv unit pytest check test-corpus,$(MAKECMDGOALS)),)
+PYTHON_FOR_VENV := $(shell sh tests/find_python.sh)
+endif
+PY_SET  := $(if $(PYTHON_FOR_VENV),$(shell $(PYTHON_FOR_VENV) -c 'import sys; print("py311" if sys.version_info < (3, 12) else "py312")'))
+ifeq ($(PY_SET),py311)
+REQUIREMENTS := tests/requirements-py311.txt
+VENV    := .venv311
+else
+REQUIREMENTS := tests/requirements.txt
 VENV    := .venv
+endif
 PORT    ?= 8080
 
 .PHONY: all deps run test check unit pytest venv clean fuzz-replay fuzz bench layout-check test-corpus
@@ -48,6 +67,7 @@ deps:
 	@missing=""; for p in $(DEB_PKGS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
+	for c in $(DEB_CMDS); do command -v $${c%%:*} >/dev/null 2>&1 || missing="$$missing $${c#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
@@ -126,18 +146,18 @@ run: deps
 	$(MAKE) $(BUILD)/cellar
 	./$(BUILD)/cellar --root examples --bind 127.0.0.1 --port $(PORT)
 
-$(VENV)/.done: tests/requirements.txt tests/find_python.sh
-	@test -n "$(PYTHON_FOR_VENV)" || { echo "no Python >= 3.12 found"; exit 1; }
+$(VENV)/.done: $(REQUIREMENTS)
+	@test -n "$(PYTHON_FOR_VENV)" || { echo "no Python >= 3.11 found (make deps installs Debian's python3)"; exit 1; }
 	rm -rf $(VENV)
 	$(PYTHON_FOR_VENV) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r $(REQUIREMENTS)
 	touch $@
 
 venv: $(VENV)/.done
 
 # Some unit tests write their HDF5 fixtures with the test venv's h5py.
 unit: $(BUILD)/unit_tests venv
-	./$(BUILD)/unit_tests
+	CELLAR_TEST_PYTHON=$(abspath $(VENV))/bin/python ./$(BUILD)/unit_tests
 
 # Sanitizer reports must fail the run.
 SAN_ENV := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 \
@@ -166,7 +186,7 @@ test-corpus: deps
 # One build: unit tests, then the HTTP suite against the real binary.
 check: $(BUILD)/unit_tests $(BUILD)/cellar venv
 	$(MAKE) layout-check
-	$(SAN_ENV) ./$(BUILD)/unit_tests
+	$(SAN_ENV) CELLAR_TEST_PYTHON=$(abspath $(VENV))/bin/python ./$(BUILD)/unit_tests
 	$(MAKE) fuzz-replay
 	$(MAKE) pytest
 

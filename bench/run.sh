@@ -29,7 +29,7 @@ fi
 # The bench virtualenv: anndata/mudata to write the data, h5grove to serve it.
 venv="$here/.venv"
 if [ ! -f "$venv/.done" ] || [ "$here/requirements.txt" -nt "$venv/.done" ]; then
-    python=$(sh "$repo/tests/find_python.sh") || { echo "[bench] no Python >= 3.12 found"; exit 1; }
+    python=$(sh "$repo/tests/find_python.sh" 3.12) || { echo "[bench] no Python >= 3.12 found"; exit 1; }
     rm -rf "$venv"
     "$python" -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/requirements.txt"

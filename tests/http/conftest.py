@@ -28,6 +28,20 @@ pytest.register_assert_rewrite("compare")
 import compare  # noqa: E402
 import writers  # noqa: E402
 
+# The older writers of tests/requirements-py311.txt (Python 3.11) have what
+# anndata 0.13 and mudata 0.4 do by default behind a setting; the suite asks
+# for it.  anndata 0.12 writes pandas' nullable strings (nullable-string-array)
+# only when asked; mudata 0.3 by default pulls the modalities' columns into
+# the global obs/var on update() and leaves them out of the file it writes
+# (pull_on_update=None), where 0.4 does neither (pull_on_update=False).
+import anndata  # noqa: E402
+import mudata  # noqa: E402
+
+if getattr(anndata.settings, "allow_write_nullable_strings", None) is False:
+    anndata.settings.allow_write_nullable_strings = True
+if hasattr(mudata, "set_options"):  # mudata < 0.4
+    mudata.set_options(pull_on_update=False)
+
 REPO = Path(__file__).resolve().parents[2]
 TEST_TIMEOUT = 60  # seconds per test (pytest-timeout)
 _LOGS: list[Path] = []
