@@ -57,3 +57,19 @@ int etag_list_holds(const char *header, const char *etag, int strong)
     return 0;
 }
 
+
+char *etag_join(arena *a, const char *tag, const char *suffix)
+{
+    size_t tl = strlen(tag), sl = strlen(suffix);
+    if (tl < 2 || tag[tl - 1] != '"')
+        return NULL;
+    char *out = arena_alloc(a, tl + sl + 2);
+    if (!out)
+        return NULL;
+    memcpy(out, tag, tl - 1);
+    out[tl - 1] = '-';
+    memcpy(out + tl, suffix, sl);
+    out[tl + sl] = '"';
+    out[tl + sl + 1] = '\0';
+    return out;
+}

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <time.h>
 
+#include "common/arena.h"
+
 /* ts as an IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT") in out. */
 void http_date(struct timespec ts, char *out, size_t n);
 
@@ -18,5 +20,10 @@ int http_date_parse(const char *text, time_t *out);
  * (strong = 1: a weak tag never matches) header holds etag; "*" matches
  * any. */
 int etag_list_holds(const char *header, const char *etag, int strong);
+
+/* The entity tag "<tag without its closing quote>-<suffix>" in a's memory:
+ * a representation's own tag made from its store version's (tag quoted,
+ * as store_etag gives it); NULL when out of memory or tag is not quoted. */
+char *etag_join(arena *a, const char *tag, const char *suffix);
 
 #endif

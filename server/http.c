@@ -392,15 +392,17 @@ static int representation_etag(request_ctx *ctx)
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
     for (size_t i = 0; i < ctx->answer_key_len; i++)
         h = (h ^ (unsigned char)ctx->answer_key[i]) * 0x100000001b3ull;
-    const char *tag = store_etag(ctx->req.store);
-    size_t tl = strlen(tag);
-    char *e = tl >= 2 ? arena_alloc(ctx->arena, tl + 18) : NULL;
-    if (!e)
-        return -1;
-    memcpy(e, tag, tl - 1);
-    snprintf(e + tl - 1, 19, "-%016llx\"", (unsigned long long)h);
-    ctx->etag = e;
-    return 0;
+    char suffix[17];
+    snprintf(suffix, sizeof suffix, "%016llx", (unsigned long long)h);
+    ctx->etag = etag_join(ctx->arena, store_etag(ctx->req.store), suffix);
+    return ctx->etag ? 0 : -1;
+}
+
+/* The answer key and the ETag of the representation a GET or HEAD asks of
+ * its store version (again after a retry on a new version). */
+static int name_representation(request_ctx *ctx)
+{
+    return make_answer_key(ctx, ctx->conn) || representation_etag(ctx);
 }
 
 static ssize_t no_body(void *cls, uint64_t pos, char *out, size_t max)
@@ -458,15 +460,36 @@ static int if_range_holds_here(request_ctx *ctx, const char *header)
 }
 
 /* The Range of a GET over a binary answer of size bytes, when it holds
- * (If-Range); RANGE_WHOLE when there is none or it is to be ignored. */
+ * (If-Range); RANGE_WHOLE when there is none or it is to be ignored.  For
+ * a part or an unsatisfiable range, the answer's Content-Range goes to
+ * content_range. */
 static range_kind requested_range(request_ctx *ctx, struct MHD_Connection *conn, uint64_t size,
-                                  uint64_t *first, uint64_t *n, const char **range)
+                                  uint64_t *first, uint64_t *n, char *content_range,
+                                  size_t cr_size)
 {
-    *range = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Range");
-    if (!*range || strcmp(ctx->req.method, "GET") ||
+    const char *range = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Range");
+    if (!range || strcmp(ctx->req.method, "GET") ||
         !if_range_holds_here(ctx, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-Range")))
         return RANGE_WHOLE;
-    return byte_range_parse(*range, size, first, n);
+    range_kind kind = byte_range_parse(range, size, first, n);
+    if (kind == RANGE_PART)
+        snprintf(content_range, cr_size, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, *first,
+                 *first + *n - 1, size);
+    else if (kind == RANGE_UNSATISFIABLE)
+        snprintf(content_range, cr_size, "bytes */%" PRIu64, size);
+    return kind;
+}
+
+/* The 416 problem of a Range outside an answer of size bytes, in body;
+ * returns its status. */
+static int range_problem(request_ctx *ctx, struct MHD_Connection *conn, uint64_t size, buf *body)
+{
+    const char *range = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Range");
+    cellar_error e;
+    cellar_error_clear(&e);
+    cellar_fail(&e, CELLAR_ERANGE, "the range '%.100s' is outside the answer (%" PRIu64 " bytes)",
+                range ? range : "", size);
+    return problem_render(&e, ctx->req.path, body);
 }
 
 /* A GET's Range over a binary answer in body: 206 with the part in body,
@@ -475,25 +498,17 @@ static range_kind requested_range(request_ctx *ctx, struct MHD_Connection *conn,
 static int apply_range(request_ctx *ctx, struct MHD_Connection *conn, buf *body, int *status,
                        char *range_header, size_t range_size)
 {
-    const char *range;
     uint64_t first = 0, n = 0, size = body->len;
-    range_kind kind = requested_range(ctx, conn, size, &first, &n, &range);
+    range_kind kind = requested_range(ctx, conn, size, &first, &n, range_header, range_size);
     if (kind == RANGE_WHOLE)
         return 0;
     if (kind == RANGE_UNSATISFIABLE) {
-        snprintf(range_header, range_size, "bytes */%" PRIu64, size);
-        cellar_error e;
-        cellar_error_clear(&e);
-        cellar_fail(&e, CELLAR_ERANGE, "the range '%.100s' is outside the answer (%" PRIu64 " bytes)",
-                    range, size);
         buf_destroy(body);
-        *status = problem_render(&e, ctx->req.path, body);
+        *status = range_problem(ctx, conn, size, body);
         return 1;
     }
     memmove(body->data, body->data + first, (size_t)n);
     body->len = (size_t)n;
-    snprintf(range_header, range_size, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, first,
-             first + n - 1, size);
     *status = 206;
     return 1;
 }
@@ -582,37 +597,32 @@ static enum MHD_Result send_problem(request_ctx *ctx, struct MHD_Connection *con
 static int range_of_file(request_ctx *ctx, struct MHD_Connection *conn, api_response *res,
                          char *range_header, size_t range_size)
 {
-    const char *range;
-    uint64_t first = 0, n = 0, size = res->fd_length;
-    range_kind kind = requested_range(ctx, conn, size, &first, &n, &range);
-    if (kind == RANGE_WHOLE)
-        return 0;
-    if (kind == RANGE_UNSATISFIABLE) {
-        snprintf(range_header, range_size, "bytes */%" PRIu64, size);
+    uint64_t first = 0, n = 0;
+    range_kind kind =
+        requested_range(ctx, conn, res->fd_length, &first, &n, range_header, range_size);
+    if (kind == RANGE_UNSATISFIABLE)
         return 1;
+    if (kind == RANGE_PART) {
+        res->fd_offset += first;
+        res->fd_length = n;
+        res->status = 206;
     }
-    res->fd_offset += first;
-    res->fd_length = n;
-    res->status = 206;
-    snprintf(range_header, range_size, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, first,
-             first + n - 1, size);
     return 0;
 }
 
 static enum MHD_Result send_problem_range(request_ctx *ctx, struct MHD_Connection *conn,
                                           const char *content_range)
 {
-    cellar_error e;
-    cellar_error_clear(&e);
-    cellar_fail(&e, CELLAR_ERANGE, "the range is outside the answer (%s)", content_range);
+    buf body = {0};
+    int status = range_problem(ctx, conn, ctx->res.fd_length, &body);
     if (ctx->res.fd >= 0)
         close(ctx->res.fd);
     ctx->res.fd = -1;
     ctx->res.n_headers = 0;
-    if (api_add_header(&ctx->req, &ctx->res, "Content-Range", content_range) != 0)
+    if (api_add_header(&ctx->req, &ctx->res, "Content-Range", content_range) != 0) {
+        buf_destroy(&body);
         return MHD_NO;
-    buf body = {0};
-    int status = problem_render(&e, ctx->req.path, &body);
+    }
     return send_body(ctx, conn, status, PROBLEM_CONTENT_TYPE, &body, &ctx->res);
 }
 
@@ -873,7 +883,7 @@ static int run_handler(request_ctx *ctx, cellar_error *err)
         if (rc)
             return rc;
         if (ctx->route.id != ROUTE_ZARR_RAW && router_method(req->method) != METHOD_POST &&
-            (make_answer_key(ctx, ctx->conn) || representation_etag(ctx)))
+            name_representation(ctx))
             return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
         /* A conditional that held for the old version says nothing of this one. */
         ctx->not_modified = 0;
@@ -958,7 +968,7 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
         rc = api_open_store(req, &err);
         if (overdue(ctx, &err) || rc)
             return send_problem(ctx, conn, &err, NULL);
-        if (method != METHOD_POST && (make_answer_key(ctx, conn) || representation_etag(ctx))) {
+        if (method != METHOD_POST && name_representation(ctx)) {
             cellar_fail(&err, CELLAR_ENOMEM, "out of memory");
             return send_problem(ctx, conn, &err, NULL);
         }

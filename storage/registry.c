@@ -548,9 +548,10 @@ static store *take_current_locked(registry *r, const char *name, const file_iden
 {
     size_t pos = 0;
     store *cur = find_open(r, name, &pos);
-    if (cur && store_files_changed(cur))
+    int changed = cur && store_files_changed(cur);
+    if (changed)
         mark_rewrite_locked(r, name, zarr_changed_since_open(cur->root));
-    if (cur && identity_equal(&cur->id, id) && !store_files_changed(cur)) {
+    if (cur && !changed && identity_equal(&cur->id, id)) {
         cur->refs++;
         cur->last_used = now_seconds();
         return cur;

@@ -178,6 +178,18 @@ static int read_fd(const void *src, uint64_t off, size_t n, char *to)
     return 0;
 }
 
+/* Whether the file open as fd still has the size, mtime and ctime it had
+ * when stat'ed as st (no write, truncate or rename since). */
+static int unchanged_since(int fd, const struct stat *st)
+{
+    struct stat after;
+    return fstat(fd, &after) == 0 && after.st_size == st->st_size &&
+           after.st_mtim.tv_sec == st->st_mtim.tv_sec &&
+           after.st_mtim.tv_nsec == st->st_mtim.tv_nsec &&
+           after.st_ctim.tv_sec == st->st_ctim.tv_sec &&
+           after.st_ctim.tv_nsec == st->st_ctim.tv_nsec;
+}
+
 /* The multipart/byteranges body of the parts of a body of size bytes of
  * type ctype, read from src. */
 static int multipart_body(api_request *req, api_response *res, const byte_parts *pt, uint64_t size,
@@ -375,35 +387,38 @@ static int built_doc_get(store *s, int v3, const built_doc **out, cellar_error *
     return rc;
 }
 
-static int serve_built_doc(api_request *req, api_response *res, const built_doc *doc,
-                           const char *suffix, cellar_error *err)
+/* Answers text (len bytes of type ctype, made by cellar for this store
+ * version) with the version's ETag joined with suffix: conditionals, Range
+ * and several ranges as for a key. */
+static int serve_text(api_request *req, api_response *res, const char *text, size_t len,
+                      const char *suffix, const char *ctype, cellar_error *err)
 {
     store *s = req->store;
-    int rc = 0;
-    const char *tag = store_etag(s);
-    size_t tl = strlen(tag);
-    char *etag = arena_alloc(req->arena, tl + strlen(suffix) + 4);
-    if (!etag || tl < 2)
+    char *etag = etag_join(req->arena, store_etag(s), suffix);
+    if (!etag)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
-    memcpy(etag, tag, tl - 1);
-    sprintf(etag + tl - 1, "-%s\"", suffix);
     char date[DATE_MAX];
     http_date(store_mtime(s), date, sizeof date);
     validators v = {etag, date, store_mtime(s)};
-    uint64_t first = 0, len = 0;
+    uint64_t first = 0, part = 0;
     byte_parts pt;
-    rc = answer_span(req, res, &v, doc->len, &first, &len, &pt, err);
+    int rc = answer_span(req, res, &v, len, &first, &part, &pt, err);
     if (rc)
         return rc;
     if (pt.n)
-        return multipart_body(req, res, &pt, doc->len, "application/json", read_memory, doc->text,
-                              err);
+        return multipart_body(req, res, &pt, len, ctype, read_memory, text, err);
     if (res->status == 200 || res->status == 206) {
-        res->content_type = "application/json";
-        if (buf_append(&res->body, doc->text + first, (size_t)len) != 0)
+        res->content_type = ctype;
+        if (buf_append(&res->body, text + first, (size_t)part) != 0)
             return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
     }
     return 0;
+}
+
+static int serve_built_doc(api_request *req, api_response *res, const built_doc *doc,
+                           const char *suffix, cellar_error *err)
+{
+    return serve_text(req, res, doc->text, doc->len, suffix, "application/json", err);
 }
 
 /* ---- files ---- */
@@ -532,12 +547,7 @@ static char *read_small_key(raw_keys *keys, int fd, const struct stat *st)
         return NULL;
     }
     char *bytes = malloc(n);
-    struct stat after;
-    if (!bytes || pread(fd, bytes, n, 0) != (ssize_t)n || fstat(fd, &after) != 0 ||
-        after.st_size != st->st_size || after.st_mtim.tv_sec != st->st_mtim.tv_sec ||
-        after.st_mtim.tv_nsec != st->st_mtim.tv_nsec ||
-        after.st_ctim.tv_sec != st->st_ctim.tv_sec ||
-        after.st_ctim.tv_nsec != st->st_ctim.tv_nsec) {
+    if (!bytes || read_fd(&fd, 0, n, bytes) != 0 || !unchanged_since(fd, st)) {
         free(bytes);
         atomic_fetch_sub(&keys->kept, n);
         return NULL;
@@ -558,33 +568,18 @@ static int recently_changed(const struct stat *st)
 }
 
 /* Appends bytes [first, first + len) of the file open as fd (stat'ed as
- * st when opened) to body.  0; 1 when the file changed meanwhile (body
- * emptied); CELLAR_EIO or CELLAR_ENOMEM. */
+ * st when opened) to body.  0; 1 when the file changed meanwhile or could
+ * not be read whole (nothing appended); CELLAR_ENOMEM. */
 static int copy_unchanged(int fd, const struct stat *st, uint64_t first, uint64_t len, buf *body)
 {
     char *to = buf_reserve(body, (size_t)len ? (size_t)len : 1);
     if (!to)
         return CELLAR_ENOMEM;
-    size_t got = 0;
-    while (got < len) {
-        ssize_t n = pread(fd, to + got, (size_t)len - got,
-                          (off_t)(first + got));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
-    struct stat after;
-    if (fstat(fd, &after) != 0)
-        return CELLAR_EIO;
-    if (got < len || after.st_size != st->st_size ||
-        after.st_ctim.tv_sec != st->st_ctim.tv_sec || after.st_ctim.tv_nsec != st->st_ctim.tv_nsec)
+    if (read_fd(&fd, first, (size_t)len, to) != 0 || !unchanged_since(fd, st))
         return 1;
-    body->len += got;
+    body->len += (size_t)len;
     return 0;
 }
-
 /* Whether the slot of key holds its bytes (a hint: checked again under
  * the lock by raw_keys_copy). */
 static int raw_keys_has_bytes(raw_keys *keys, const char *key, uint64_t hash)
@@ -865,30 +860,10 @@ static int serve_directory(api_request *req, api_response *res, const char *rel,
         buf_destroy(&page);
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
     }
-    const char *tag = store_etag(req->store);
-    size_t tl = strlen(tag);
-    uint64_t h = key_hash(page.data ? page.data : "");
-    char *etag = tl >= 2 ? arena_alloc(req->arena, tl + 24) : NULL;
-    if (!etag) {
-        buf_destroy(&page);
-        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
-    }
-    memcpy(etag, tag, tl - 1);
-    snprintf(etag + tl - 1, 24, "-d%016" PRIx64 "\"", h);
-    char date[DATE_MAX];
-    http_date(store_mtime(req->store), date, sizeof date);
-    validators v = {etag, date, store_mtime(req->store)};
-    uint64_t first = 0, len = 0;
-    byte_parts pt;
-    rc = answer_span(req, res, &v, page.len, &first, &len, &pt, err);
-    if (!rc && pt.n)
-        rc = multipart_body(req, res, &pt, page.len, "text/html; charset=utf-8", read_memory,
-                            page.data, err);
-    else if (!rc && (res->status == 200 || res->status == 206)) {
-        res->content_type = "text/html; charset=utf-8";
-        if (buf_append(&res->body, page.data + first, (size_t)len) != 0)
-            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory");
-    }
+    char suffix[24];
+    snprintf(suffix, sizeof suffix, "d%016" PRIx64, key_hash(page.data ? page.data : ""));
+    rc = serve_text(req, res, page.data ? page.data : "", page.len, suffix,
+                    "text/html; charset=utf-8", err);
     buf_destroy(&page);
     return rc;
 }

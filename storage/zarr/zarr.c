@@ -509,7 +509,8 @@ static int zarr_read_strings_op(node *n, const dim_sel *sel, arena *a, char **ou
 
 /* ---- opening ------------------------------------------------------------ */
 
-/* The format of the store in d: 3, 2 or CELLAR_EFORMAT. */
+/* The format of the store in d: 3 when it has a root zarr.json, 2 when it
+ * has a root .zgroup, .zarray or .zmetadata, else CELLAR_EFORMAT. */
 static int store_format(zarr_dir *d)
 {
     if (file_exists(d, "", "zarr.json"))
@@ -518,15 +519,6 @@ static int store_format(zarr_dir *d)
         file_exists(d, "", ".zmetadata"))
         return 2;
     return CELLAR_EFORMAT;
-}
-
-int zarr_store_version(const char *dir)
-{
-    zarr_dir d;
-    zarr_dir_open(&d, dir);
-    int version = store_format(&d);
-    zarr_dir_close(&d);
-    return version;
 }
 
 static void load_consolidated(zarr_store *s)

@@ -34,10 +34,6 @@
  * metadata is malformed, CELLAR_EIO, CELLAR_ENOMEM. */
 int zarr_open(const char *dir, node **root, cellar_error *err);
 
-/* The zarr format of the store in dir: 3 when it has a root zarr.json, 2 when
- * it has a root .zgroup, .zarray or .zmetadata, else CELLAR_EFORMAT. */
-int zarr_store_version(const char *dir);
-
 /* Builds the text of a v2 `.zmetadata` document ({"metadata": {...},
  * "zarr_consolidated_format": 1}) from the per-node metadata files of the v2
  * store whose tree root was opened by zarr_open (read from that version's

@@ -112,22 +112,6 @@ int zarr_open_file_at(int store_fd, const char *store_dir, const char *rel, int 
     return 0;
 }
 
-int zarr_open_file(const char *store_dir, const char *rel, int *fd, uint64_t *size,
-                   cellar_error *err)
-{
-    *fd = -1;
-    int dir = open(store_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (dir < 0)
-        return errno == ENOENT || errno == ENOTDIR
-                   ? 0
-                   : cellar_fail(err, CELLAR_EIO, "cannot open the store: %s", strerror(errno));
-    struct stat st;
-    int rc = zarr_open_file_at(dir, store_dir, rel, fd, &st, err);
-    close(dir);
-    if (*fd >= 0)
-        *size = (uint64_t)st.st_size;
-    return rc;
-}
 
 
 /* ---- the version's directory ------------------------------------------- */

@@ -75,18 +75,6 @@ void zarr_array_clear(zarr_array *a);
 int zarr_json_parse(const char *text, size_t len, json_t **out, const char *what,
                     cellar_error *err);
 
-/* Opens the file at `rel` below the store directory `store_dir` for
- * reading without leaving the store: symlinks are followed only while they
- * resolve inside it (openat2 with RESOLVE_BENEATH), and the open never
- * blocks (a FIFO planted as a chunk hung requests).  0 with *fd >= 0 and
- * *size; 0 with *fd = -1 when there is no such file; CELLAR_EFORMAT when it
- * is not a regular file, leads outside the store or loops (detail names
- * rel) or cannot be opened; CELLAR_EIO when the system is out of
- * descriptors or memory.  zarr_open_file_at (storage/zarr/zarr.h) on the
- * store directory opened here. */
-int zarr_open_file(const char *store_dir, const char *rel, int *fd, uint64_t *size,
-                   cellar_error *err);
-
 /* The directory of one store version, and what its reads saw of changes.
  *
  * Every file of the version is opened beneath the directory descriptor
@@ -123,8 +111,15 @@ typedef struct zarr_dir {
 int zarr_dir_open(zarr_dir *d, const char *path);
 void zarr_dir_close(zarr_dir *d);
 
-/* zarr_open_file beneath d, noting a change in the file (or, when it is
- * missing, in its nearest existing directory). */
+/* Opens the file at the store-relative path rel beneath d for reading
+ * without leaving the store (zarr_open_file_at in storage/zarr/zarr.h:
+ * symlinks followed only while they stay inside, never blocking, regular
+ * files only), noting a change in the file (or, when it is missing, in
+ * its nearest existing directory).  0 with *fd >= 0 and *size; 0 with
+ * *fd = -1 when there is no such file (or d has no directory);
+ * CELLAR_EFORMAT when it is not a regular file, leads outside the store,
+ * loops or cannot be opened; CELLAR_EIO when the system is out of
+ * descriptors or memory. */
 int zarr_dir_open_file(zarr_dir *d, const char *rel, int *fd, uint64_t *size,
                        cellar_error *err);
 

@@ -1,5 +1,5 @@
 /* Which files a zarr store may hand out: zarr_store_has_key (raw keys are
- * only metadata files and declared chunk keys) and zarr_open_file (nothing
+ * only metadata files and declared chunk keys) and zarr_dir_open_file (nothing
  * outside the store, nothing that is not a regular file, never blocking);
  * and the status an operating-system read error becomes. */
 #define _XOPEN_SOURCE 700
@@ -124,13 +124,17 @@ void test_zarr_store_keys(void)
     drop_dir(v3);
 }
 
-/* zarr_open_file on rel: the code, and whether a file came back. */
+/* rel opened beneath the store as a version opens its files
+ * (zarr_dir_open_file): the code, and whether a file came back. */
 static int open_rel(const char *store, const char *rel, int *got_file, cellar_error *err)
 {
     int fd = -1;
     uint64_t size = 0;
     cellar_error_clear(err);
-    int rc = zarr_open_file(store, rel, &fd, &size, err);
+    zarr_dir dir;
+    CHECK_EQ(zarr_dir_open(&dir, store), 0);
+    int rc = zarr_dir_open_file(&dir, rel, &fd, &size, err);
+    zarr_dir_close(&dir);
     *got_file = fd >= 0;
     if (fd >= 0)
         close(fd);
