@@ -59,7 +59,7 @@ VENV    := .venv
 endif
 PORT    ?= 8080
 
-.PHONY: all deps run test check unit pytest venv clean fuzz-replay fuzz bench layout-check test-corpus
+.PHONY: all deps run test check unit pytest venv clean fuzz-replay fuzz bench layout-check test-corpus fresh-check
 all: $(BUILD)/cellar
 
 # Installs the Debian packages that are missing (needs root, as on CI).
@@ -211,6 +211,13 @@ BENCH_REPEAT   ?= 1
 bench: deps $(BUILD)/cellar
 	BENCH_SCALE=$(BENCH_SCALE) BENCH_DURATION=$(BENCH_DURATION) BENCH_REPEAT=$(BENCH_REPEAT) \
 	  CELLAR_BIN=$(abspath $(BUILD)/cellar) sh bench/run.sh
+
+# The README's two commands on a fresh Debian 12 (tests/fresh_check.sh): a
+# minimal bookworm made by mmdebstrap, this repository's HEAD cloned into it,
+# make run (served, then stopped) and make test in a chroot there.  Needs
+# root; about 15 minutes; never part of make test.
+fresh-check:
+	sh tests/fresh_check.sh
 
 clean:
 	rm -rf build build-san build-fuzz
