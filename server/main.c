@@ -9,6 +9,7 @@
 #include "server/http.h"
 #include "server/metrics.h"
 #include "server/probe.h"
+#include "storage/budget.h"
 #include "storage/hdf5/h5.h"
 #include "storage/registry.h"
 #include "storage/zarr/zarr.h"
@@ -45,6 +46,7 @@ int main(int argc, char **argv)
     h5_library_init();
     tune_malloc();
     zarr_chunk_cache_set_limit(cfg.zarr_chunk_cache_bytes);
+    budget_set_whole(cfg.max_response_bytes);
 
     int status = 1;
     registry *reg = NULL;

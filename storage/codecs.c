@@ -1,5 +1,6 @@
 #include "storage/codecs.h"
 
+#include "common/satmath.h"
 #include "common/utf8.h"
 
 #include <blosc.h>
@@ -42,6 +43,53 @@ codec_id codec_from_name(const char *name)
         if (strcmp(name, names[i].name) == 0)
             return names[i].id;
     return 0;
+}
+
+/* The largest expansion of each format, per stored byte: deflate codes a
+ * 258-byte match in 2 bits (RFC 1951 3.2.5), an LZ4 sequence adds 255 match
+ * bytes per extra length byte, a zstd block of 4 bytes (header and one RLE
+ * byte) makes 128 KiB (RFC 8878 3.1.1.2); blosc may hold zstd.  The slack
+ * covers headers and the first match of a tiny stream. */
+enum { DEFLATE_MAX_RATIO = 1032, LZ4_MAX_RATIO = 256, ZSTD_MAX_RATIO = 32768 };
+#define EXPANSION_SLACK 1024
+
+uint64_t codec_max_decoded(codec_id id, uint64_t n)
+{
+    switch (id) {
+    case CODEC_CRC32C: return n < 4 ? 0 : n - 4;
+    case CODEC_GZIP:
+    case CODEC_ZLIB: return sat_add_u64(sat_mul_u64(n, DEFLATE_MAX_RATIO), EXPANSION_SLACK);
+    case CODEC_LZ4: return sat_add_u64(sat_mul_u64(n, LZ4_MAX_RATIO), EXPANSION_SLACK);
+    case CODEC_ZSTD:
+    case CODEC_BLOSC: return sat_add_u64(sat_mul_u64(n, ZSTD_MAX_RATIO), EXPANSION_SLACK);
+    }
+    return 0;
+}
+
+static const char *codec_label(codec_id id)
+{
+    switch (id) {
+    case CODEC_BLOSC: return "blosc";
+    case CODEC_ZSTD: return "zstd";
+    case CODEC_GZIP: return "gzip";
+    case CODEC_ZLIB: return "zlib";
+    case CODEC_LZ4: return "lz4";
+    case CODEC_CRC32C: return "crc32c";
+    }
+    return "an unknown codec";
+}
+
+/* A decoded size claimed by `by` (the metadata, or the stream's own header)
+ * that n stored bytes cannot produce: a lying size, refused before it
+ * sizes an allocation. */
+static int fail_claim(codec_id id, const char *by, uint64_t claim, size_t n, const char *what,
+                      cellar_error *err)
+{
+    return cellar_fail(err, CELLAR_EFORMAT,
+                       "%s: %s says %llu decoded bytes, but its %zu stored bytes of %s decode "
+                       "to at most %llu",
+                       WHAT(what), by, (unsigned long long)claim, n, codec_label(id),
+                       (unsigned long long)codec_max_decoded(id, n));
 }
 
 /* A growing output buffer bounded by the expected size (when known) or the
@@ -213,6 +261,8 @@ static int decode_lz4(const uint8_t *src, size_t n, size_t expect, size_t limit,
     if (n - 4 > INT_MAX)
         return cellar_fail(err, CELLAR_EFORMAT, "%s is too large for lz4", WHAT(what));
     size_t size = load_le32(src);
+    if (size > codec_max_decoded(CODEC_LZ4, n))
+        return fail_claim(CODEC_LZ4, "its lz4 header", size, n, what, err);
     if (expect != CODEC_SIZE_UNKNOWN && size != expect)
         return cellar_fail(err, CELLAR_EFORMAT, "%s: lz4 header says %zu bytes, expected %zu",
                            WHAT(what), size, expect);
@@ -248,6 +298,8 @@ static int decode_blosc(const uint8_t *src, size_t n, size_t expect, size_t limi
     size_t vbytes = 0;
     if (blosc_cbuffer_validate(src, n, &vbytes) != 0 || vbytes != nbytes)
         return cellar_fail(err, CELLAR_EFORMAT, "%s is not a valid blosc buffer", WHAT(what));
+    if (nbytes > codec_max_decoded(CODEC_BLOSC, n))
+        return fail_claim(CODEC_BLOSC, "its blosc header", nbytes, n, what, err);
     if (expect != CODEC_SIZE_UNKNOWN && nbytes != expect)
         return cellar_fail(err, CELLAR_EFORMAT, "%s: blosc header says %zu bytes, expected %zu",
                            WHAT(what), nbytes, expect);
@@ -302,6 +354,13 @@ int codec_decode(codec_id id, const uint8_t *src, size_t n, size_t expect, size_
     *out_len = 0;
     if (limit > CODEC_MAX_DECODED)
         limit = CODEC_MAX_DECODED;
+    /* Sizes from metadata are checked against what is really stored before
+     * they size a buffer; an unknown size cannot grow past it either. */
+    uint64_t most = codec_max_decoded(id, n);
+    if (expect != CODEC_SIZE_UNKNOWN && expect > most)
+        return fail_claim(id, "the metadata", expect, n, what, err);
+    if (limit > most)
+        limit = (size_t)most;
     switch (id) {
     case CODEC_BLOSC: return decode_blosc(src, n, expect, limit, out, out_len, what, err);
     case CODEC_ZSTD: return decode_zstd(src, n, expect, limit, out, out_len, what, err);

@@ -31,6 +31,13 @@ typedef enum codec_id {
 /* The largest decoded buffer any codec produces (1 GiB). */
 #define CODEC_MAX_DECODED ((size_t)1 << 30)
 
+/* The most bytes n stored bytes can decode to with codec id: the format's
+ * largest expansion (deflate 1032:1, an LZ4 block 255:1, zstd one
+ * 128 KiB block from every 4 bytes, blosc as its worst inner codec), so that
+ * a size claimed by metadata or a header is checked against the bytes
+ * really stored before anything is allocated for it.  Saturates. */
+uint64_t codec_max_decoded(codec_id id, uint64_t n);
+
 /* Parses a codec name as numcodecs (v2 "id") or zarr v3 ("name", with or
  * without the "numcodecs." prefix) spell it; 0 when not a bytes->bytes codec
  * we support. */
@@ -39,9 +46,11 @@ codec_id codec_from_name(const char *name);
 /* Decodes n bytes of src with codec id into a new malloc'd buffer *out of
  * *out_len bytes (caller frees; *out may be non-NULL for 0 bytes).  When
  * expect is not CODEC_SIZE_UNKNOWN the decoded size must equal it; in any
- * case it must not exceed limit (capped at CODEC_MAX_DECODED).
- * Errors: CELLAR_EFORMAT (corrupt, truncated, wrong size, bad checksum),
- * CELLAR_ENOMEM. */
+ * case it must not exceed limit (capped at CODEC_MAX_DECODED).  An expected
+ * or header-declared size over codec_max_decoded(id, n) fails before any
+ * allocation, and an unknown size never grows past it.
+ * Errors: CELLAR_EFORMAT (corrupt, truncated, wrong size, bad checksum, a
+ * size the stored bytes cannot hold), CELLAR_ENOMEM. */
 int codec_decode(codec_id id, const uint8_t *src, size_t n, size_t expect, size_t limit,
                  uint8_t **out, size_t *out_len, const char *what, cellar_error *err);
 

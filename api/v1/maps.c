@@ -6,6 +6,7 @@
 #include "api/v1/routes.h"
 #include "api/encode/json_out.h"
 #include "storage/anndata/anndata.h"
+#include "storage/budget.h"
 #include "storage/registry.h"
 
 #define MAP_FORMATS ((1u << FORMAT_JSON) | (1u << FORMAT_BIN) | (1u << FORMAT_NPY))
@@ -29,11 +30,17 @@ typedef struct reverse_map {
 typedef struct reverse_ctx {
     const uint32_t *map;
     int64_t n, m;
+    const char *what; /* names the map in errors */
 } reverse_ctx;
 
 static int reverse_build(void *ctx, void **value, size_t *bytes, cellar_error *err)
 {
     const reverse_ctx *c = ctx;
+    /* Eight bytes a modality row, as many as the modality's index claims:
+     * bounded before it is allocated. */
+    int rc = budget_check_whole(c->m, sizeof(int64_t), c->what, err);
+    if (rc)
+        return rc;
     if ((uint64_t)c->m > (SIZE_MAX - sizeof(reverse_map)) / sizeof(int64_t))
         return cellar_fail(err, CELLAR_EFORMAT, "modality too long for a reverse map");
     size_t size = sizeof(reverse_map) + (size_t)c->m * sizeof(int64_t);
@@ -92,7 +99,11 @@ static int reverse(api_request *req, api_response *res, map_req *mr, const selec
         rc = anndata_open(g, &ai, err);
     if (rc)
         return rc;
-    reverse_ctx ctx = {mr->map, mr->n, strcmp(mr->axis, "obs") == 0 ? ai.n_obs : ai.n_vars};
+    reverse_ctx ctx = {mr->map, mr->n, strcmp(mr->axis, "obs") == 0 ? ai.n_obs : ai.n_vars,
+                       arena_printf(req->arena, "the reverse %s of modality '%s'", mr->element,
+                                    req->mod)};
+    if (!ctx.what)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
     dim_sel rows;
     rc = selection_resolve(sel, ctx.m, "mod_rows", req->arena, &rows, err);
     int binary = mr->fmt != FORMAT_JSON;

@@ -9,6 +9,7 @@
 
 #include "common/numfmt.h"
 #include "storage/anndata/name_index.h"
+#include "storage/budget.h"
 #include "storage/registry.h"
 
 /* Rows read at once when a whole index is scanned (name indexes, maps). */
@@ -727,7 +728,16 @@ static int cats_memo_build(node *cats, void *ctx, void **value, cellar_error *er
     const node_info *in = node_get_info(cats);
     m->n = in->shape[0];
     dim_sel all = dim_sel_range(0, m->n);
-    int rc;
+    /* The shape sizes the whole read: bounded before it is allocated. */
+    char what[300];
+    snprintf(what, sizeof what, "the categories '%s'", node_path(cats));
+    int rc = budget_check_whole(m->n, in->dtype == DT_STRING ? BUDGET_STRING_BYTES
+                                                             : dtype_size(in->dtype),
+                                what, err);
+    if (rc) {
+        cats_memo_free(m);
+        return rc;
+    }
     if (in->dtype == DT_STRING) {
         char **v = NULL;
         rc = read_strings(cats, &all, m->n, a, &v, err);
@@ -1253,7 +1263,7 @@ typedef struct map_ctx {
 /* The stored map when it is as long as the global axis and every value is
  * at most the modality's length; 1 when it was used. */
 static int use_stored_map(const map_ctx *m, int64_t n, int64_t mod_len, uint32_t *map,
-                          arena *a, cellar_error *err)
+                          cellar_error *err)
 {
     char path[512];
     snprintf(path, sizeof path, "%smap/%s", m->axis_name, m->mod);
@@ -1266,17 +1276,33 @@ static int use_stored_map(const map_ctx *m, int64_t n, int64_t mod_len, uint32_t
     if (in->type != NODE_ARRAY || in->ndim != 1 || in->shape[0] != n ||
         !dtype_is_integer(in->dtype))
         return 0;
-    dim_sel all = dim_sel_range(0, n);
-    void *raw;
-    if (read_numeric(stored, &all, n, a, &raw, err))
+    /* Read SCAN_CHUNK values at a time into the map, which is already
+     * sized: a second whole copy would double what the axis costs. */
+    size_t sz = dtype_size(in->dtype);
+    void *raw = malloc(SCAN_CHUNK * sz);
+    if (!raw) {
+        cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", node_path(stored));
         return -1;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t v;
-        if (widen_int(in->dtype, raw, i, &v) || v < 0 || v > mod_len)
-            return 0;
-        map[i] = (uint32_t)v;
     }
-    return 1;
+    int used = 1;
+    for (int64_t start = 0; used == 1 && start < n; start += SCAN_CHUNK) {
+        int64_t k = n - start < SCAN_CHUNK ? n - start : SCAN_CHUNK;
+        dim_sel sel = dim_sel_range(start, k);
+        if (node_read(stored, &sel, raw, (size_t)k * sz, err)) {
+            used = -1;
+            break;
+        }
+        for (int64_t i = 0; i < k; i++) {
+            int64_t v;
+            if (widen_int(in->dtype, raw, i, &v) || v < 0 || v > mod_len) {
+                used = 0;
+                break;
+            }
+            map[start + i] = (uint32_t)v;
+        }
+    }
+    free(raw);
+    return used;
 }
 
 typedef struct rebuild_ctx {
@@ -1298,12 +1324,9 @@ static int build_map(void *ctx, void **value, size_t *bytes, cellar_error *err)
     const map_ctx *m = ctx;
     map_value *mv = NULL;
     name_index *local = NULL;
-    arena *a = arena_new();
-    int rc = a ? 0 : cellar_fail(err, CELLAR_ENOMEM, "out of memory");
     frame global, mf;
     node *gframe, *mod, *mframe;
-    if (!rc)
-        rc = node_child(m->root, m->axis_name, &gframe, err);
+    int rc = node_child(m->root, m->axis_name, &gframe, err);
     if (!rc)
         rc = frame_open_index(gframe, &global, err);
     if (!rc)
@@ -1319,6 +1342,14 @@ static int build_map(void *ctx, void **value, size_t *bytes, cellar_error *err)
                          m->mod, m->axis_name);
         goto done;
     }
+    /* Four bytes a global row, whatever the modality holds: the global
+     * index's shape sizes it, so it is bounded before it is allocated. */
+    char what[300];
+    snprintf(what, sizeof what, "the %smap of modality '%s' over '%s'", m->axis_name, m->mod,
+             node_path(gframe));
+    rc = budget_check_whole(global.n_rows, sizeof(uint32_t), what, err);
+    if (rc)
+        goto done;
     mv = calloc(1, sizeof *mv);
     if (mv && (uint64_t)global.n_rows <= SIZE_MAX / sizeof(uint32_t))
         mv->map = calloc((size_t)(global.n_rows ? global.n_rows : 1), sizeof(uint32_t));
@@ -1328,7 +1359,7 @@ static int build_map(void *ctx, void **value, size_t *bytes, cellar_error *err)
         goto done;
     }
     mv->n = global.n_rows;
-    int used = use_stored_map(m, global.n_rows, mf.n_rows, mv->map, a, err);
+    int used = use_stored_map(m, global.n_rows, mf.n_rows, mv->map, err);
     if (used < 0) {
         rc = err ? err->code : CELLAR_EIO;
         goto done;
@@ -1347,7 +1378,6 @@ static int build_map(void *ctx, void **value, size_t *bytes, cellar_error *err)
     }
 done:
     name_index_free(local);
-    arena_free(a);
     if (rc) {
         free_map(mv);
         return rc;

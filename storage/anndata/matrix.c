@@ -10,8 +10,25 @@
 /* Selected major positions whose indptr bounds are read at once. */
 #define BOUNDS_BLOCK 65536
 /* Minor selections up to this many items are matched by binary search;
- * longer ones through a table over the whole axis. */
+ * longer ones through a table over the whole axis, unless that table (8
+ * bytes a position of an axis whose length is a shape's claim) would be
+ * far larger than the selection itself. */
 #define SMALL_MAP_MAX 64
+#define TABLE_FREE_POSITIONS ((int64_t)1 << 16)
+#define TABLE_POSITIONS_PER_ITEM 8
+
+/* Axis positions and output indexes sorted together. */
+typedef struct pos_out {
+    int64_t pos, out;
+} pos_out;
+
+static int pos_out_cmp(const void *x, const void *y)
+{
+    const pos_out *a = x, *b = y;
+    if (a->pos != b->pos)
+        return a->pos < b->pos ? -1 : 1;
+    return a->out < b->out ? -1 : a->out > b->out;
+}
 
 const char *matrix_layout_name(matrix_layout l)
 {
@@ -215,6 +232,30 @@ static int axis_map_init(axis_map *m, const dim_sel *sel, int64_t length, cellar
         return 0;
     }
     int64_t n = sel->count;
+    int table_fits = length <= TABLE_FREE_POSITIONS ||
+                     n >= (length - TABLE_FREE_POSITIONS) / TABLE_POSITIONS_PER_ITEM;
+    if (n > SMALL_MAP_MAX && !table_fits) {
+        /* Sorted pairs: memory of the selection's size, whatever the axis
+         * claims. */
+        m->kind = MAP_SMALL;
+        m->n = n;
+        m->pos = malloc((size_t)n * sizeof *m->pos);
+        m->outi = malloc((size_t)n * sizeof *m->outi);
+        pos_out *t = malloc((size_t)n * sizeof *t);
+        if (!m->pos || !m->outi || !t) {
+            free(t);
+            goto oom;
+        }
+        for (int64_t i = 0; i < n; i++)
+            t[i] = (pos_out){sel->index[i], i};
+        qsort(t, (size_t)n, sizeof *t, pos_out_cmp);
+        for (int64_t i = 0; i < n; i++) {
+            m->pos[i] = t[i].pos;
+            m->outi[i] = t[i].out;
+        }
+        free(t);
+        return 0;
+    }
     if (n <= SMALL_MAP_MAX) {
         m->kind = MAP_SMALL;
         m->n = n;
@@ -851,9 +892,40 @@ static int coo_emit(void *ctx, int64_t out_major, int64_t out_minor, const char 
     return 0;
 }
 
+/* Keys of at most this many per entry (and a free allowance) are counted;
+ * more (nkeys is a selection's length along an axis whose length is a
+ * shape's claim) are sorted by comparison, in memory of the entries'
+ * size. */
+#define COUNT_FREE_KEYS ((int64_t)1 << 16)
+#define COUNT_KEYS_PER_ENTRY 4
+
+/* Stable sort of perm by key[perm[i]], comparing. */
+static int comparison_sort(int64_t *perm, int64_t n, const int64_t *key)
+{
+    pos_out *t = malloc((size_t)(n ? n : 1) * sizeof *t);
+    if (!t)
+        return -1;
+    for (int64_t i = 0; i < n; i++)
+        t[i] = (pos_out){key[perm[i]], i};
+    qsort(t, (size_t)n, sizeof *t, pos_out_cmp);
+    int64_t *tmp = malloc((size_t)(n ? n : 1) * sizeof *tmp);
+    if (!tmp) {
+        free(t);
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++)
+        tmp[i] = perm[t[i].out];
+    memcpy(perm, tmp, (size_t)n * sizeof *perm);
+    free(tmp);
+    free(t);
+    return 0;
+}
+
 /* Stable counting sort of perm by key[perm[i]] in [0, nkeys). */
 static int counting_sort(int64_t *perm, int64_t n, const int64_t *key, int64_t nkeys)
 {
+    if (nkeys > COUNT_FREE_KEYS && (nkeys - COUNT_FREE_KEYS) / COUNT_KEYS_PER_ENTRY > n)
+        return comparison_sort(perm, n, key);
     int64_t *count = calloc((size_t)nkeys + 1, sizeof *count);
     int64_t *tmp = malloc((size_t)(n ? n : 1) * sizeof *tmp);
     if (!count || !tmp) {

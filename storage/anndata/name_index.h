@@ -15,8 +15,9 @@
 
 typedef struct name_index name_index;
 
-/* A new empty index sized for up to `capacity` names (more fail with
- * CELLAR_EINTERNAL).  NULL + CELLAR_ENOMEM in err when out of memory or when
+/* A new empty index for up to `capacity` names (more fail with
+ * CELLAR_EINTERNAL); its memory grows with the names added, not with the
+ * capacity.  NULL + CELLAR_ENOMEM in err when out of memory or when
  * capacity is too large (2^32 - 1 names or more).  Free with name_index_free. */
 name_index *name_index_new(int64_t capacity, cellar_error *err);
 

@@ -18,6 +18,7 @@
 
 #include <liblzf/lzf.h>
 
+#include "common/satmath.h"
 #include "storage/codecs.h"
 
 /* Bytes of a contiguous dataset's virtual chunk. */
@@ -806,10 +807,44 @@ static int read_raw(read_ctx *r, uint64_t addr, const int64_t *c, const int64_t 
     return copy_chunk(r, &src, c, g);
 }
 
+/* An LZF back reference of 3 bytes copies at most 264 (liblzf's format). */
+#define LZF_MAX_RATIO 88
+
+/* Whether n stored bytes, through the active filters of mask, can make a
+ * whole chunk: a chunk shape that claims more than its stored bytes can
+ * inflate to is refused before it sizes the decode buffers. */
+static int check_stored_size(const h5d_plan *p, size_t n, uint32_t mask, const char *what,
+                             cellar_error *err)
+{
+    const h5d_layout *l = &p->l;
+    uint64_t most = n;
+    const char *by = "unfiltered";
+    for (int i = 0; i < l->nfilters; i++) {
+        if (!filter_active(mask, i))
+            continue;
+        if (l->filters[i].id == H5D_FILTER_DEFLATE) {
+            most = codec_max_decoded(CODEC_ZLIB, n);
+            by = "deflate";
+        } else if (l->filters[i].id == H5D_FILTER_LZF) {
+            most = sat_mul_u64(n, LZF_MAX_RATIO);
+            by = "LZF";
+        }
+    }
+    if (most >= p->chunk_bytes)
+        return 0;
+    return cellar_fail(err, CELLAR_EFORMAT,
+                       "a chunk of '%s' stores %zu bytes, which %s cannot make into the %zu "
+                       "bytes of its chunk shape",
+                       WHAT(what), n, by, p->chunk_bytes);
+}
+
 static int decode_and_copy(read_ctx *r, const uint8_t *stored, size_t n, uint32_t mask,
                            const int64_t *c, const int64_t *g)
 {
     const h5d_plan *p = r->p;
+    int rc = check_stored_size(p, n, mask, r->what, r->err);
+    if (rc)
+        return rc;
     if (!r->b0) {
         size_t cap = p->chunk_bytes + 4 * H5D_MAX_FILTERS;
         r->b0 = malloc(cap);
@@ -819,7 +854,7 @@ static int decode_and_copy(read_ctx *r, const uint8_t *stored, size_t n, uint32_
                                WHAT(r->what));
     }
     const uint8_t *data = NULL;
-    int rc = decode_chunk(p, stored, n, mask, r->b0, r->b1, &data, r->what, r->err);
+    rc = decode_chunk(p, stored, n, mask, r->b0, r->b1, &data, r->what, r->err);
     if (rc)
         return rc;
     chunk_src src = {.buf = data};

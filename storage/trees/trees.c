@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/arena.h"
+#include "storage/budget.h"
 #include "storage/registry.h"
 #include "storage/trees/tree_json.h"
 
@@ -188,6 +189,17 @@ static int read_column(node *col, const char *what, int64_t n, arena *a,
     return 0;
 }
 
+/* What one value of an attribute column costs once read_column has read
+ * it: a string's pointer and copy, or the stored number and its widened
+ * copy. */
+static uint64_t column_value_bytes(const node *col)
+{
+    const node_info *info = node_get_info(col);
+    if (info->dtype == DT_STRING)
+        return BUDGET_STRING_BYTES;
+    return dtype_size(info->dtype) + 8;
+}
+
 /* The columns of an optional attribute group (`node_attrs/`, `edge_attrs/`). */
 static int read_columns(node *tg, const char *group, const char *what, int64_t n, arena *a,
                         tree_attr_column **cols, size_t *n_cols, cellar_error *err)
@@ -202,6 +214,19 @@ static int read_columns(node *tg, const char *group, const char *what, int64_t n
     const char **names;
     size_t count;
     int rc = node_children(g, a, &names, &count, err);
+    if (rc)
+        return rc;
+    /* The columns are held together, n values each (the elements' count,
+     * from a shape): their sum is bounded before any is read. */
+    uint64_t per_row = 0;
+    for (size_t i = 0; i < count; i++) {
+        node *col = node_child_opt(g, names[i]);
+        per_row += col ? column_value_bytes(col) : 0;
+    }
+    const char *gwhat = arena_printf(a, "the columns of %s/%s", what, group);
+    if (!gwhat)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", what);
+    rc = budget_check_whole(n, per_row, gwhat, err);
     if (rc)
         return rc;
     tree_attr_column *c = arena_calloc(a, count ? count : 1, sizeof *c);
@@ -235,6 +260,12 @@ static int read_nodes(node *tg, const char *what, arena *a, int64_t *n_nodes, ch
     if (ni->type != NODE_ARRAY || ni->ndim != 1 || ni->dtype != DT_STRING)
         return cellar_fail(err, CELLAR_EFORMAT, "%s/nodes is not a 1-D string array", what);
     *n_nodes = ni->shape[0];
+    /* The shape sizes the ids: bounded before they are allocated. */
+    const char *nwhat = arena_printf(a, "the nodes of %s", what);
+    if (!nwhat)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s/nodes", what);
+    if ((rc = budget_check_whole(*n_nodes, BUDGET_STRING_BYTES, nwhat, err)))
+        return rc;
     *ids = arena_calloc(a, (size_t)*n_nodes + 1, sizeof **ids);
     if (!*ids)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s/nodes", what);
@@ -264,6 +295,13 @@ static int read_edges(node *tg, const char *what, arena *a, int64_t *n_edges, ch
     int64_t m = ei->shape[0];
     if ((uint64_t)m > SIZE_MAX / (4 * sizeof(char *)))
         return cellar_fail(err, CELLAR_ETOOBIG, "%s/edges is too long", what);
+    /* Two strings an edge, split into two columns of pointers: the shape
+     * sizes them, so they are bounded before they are allocated. */
+    const char *ewhat = arena_printf(a, "the edges of %s", what);
+    if (!ewhat)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s/edges", what);
+    if ((rc = budget_check_whole(m, 2 * BUDGET_STRING_BYTES + 2 * sizeof(char *), ewhat, err)))
+        return rc;
     /* pairs is malloc'd, not in the arena: it is dead once split */
     char **pairs = calloc((size_t)m * 2, sizeof *pairs);
     *src = arena_calloc(a, (size_t)m, sizeof **src);

@@ -347,6 +347,15 @@ static int chunk_decode(zread *r, const int64_t *coords, uint8_t *raw, size_t n,
         goto fail;
     }
     if (vlen) {
+        /* Every string costs a 4-byte length after the 4-byte count: a
+         * chunk shape that claims more strings than the decoded bytes can
+         * hold is refused before its items are allocated. */
+        if (curn < 4 || r->elems > (curn - 4) / 4) {
+            rc = cellar_fail(err, CELLAR_EFORMAT,
+                             "%s holds %zu bytes, too few for the %llu strings of its chunk "
+                             "shape", what, curn, (unsigned long long)r->elems);
+            goto fail;
+        }
         items = malloc((size_t)(r->elems ? r->elems : 1) * sizeof *items);
         if (!items) {
             rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory decoding %s", what);
@@ -784,6 +793,12 @@ int zarr_shard_index_read(const zarr_array *za, const uint8_t *src, size_t n,
     uint64_t nin = 1;
     for (int d = 0; d < za->ndim; d++)
         nin *= (uint64_t)(za->chunk[d] / za->inner[d]);
+    /* The index is 16 bytes an inner chunk: its count is checked against
+     * the bytes given before it sizes the pairs (zarr_array_parse_v3 keeps
+     * it at most 2^20). */
+    if (nin > (SIZE_MAX - 4) / 16 || n != (size_t)nin * 16 + (za->index_crc ? 4 : 0))
+        return cellar_fail(err, CELLAR_EFORMAT, "shard index has %zu bytes, not 16 for each "
+                           "of its %llu inner chunks", n, (unsigned long long)nin);
     uint64_t *p = malloc((size_t)nin * 2 * sizeof *p);
     if (!p)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory for a shard index");

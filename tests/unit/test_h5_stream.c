@@ -18,6 +18,7 @@
 #include "storage/hdf5/h5_stream.h"
 #include "storage/node.h"
 #include "storage/trees/trees.h"
+#include "tests/unit/py_fixture.h"
 #include "tests/unit/unit.h"
 
 enum { PIECE = 1 << 20 };
@@ -59,28 +60,8 @@ static int hs_fixtures(void)
     static int state; /* 0 not tried, 1 written, -1 failed */
     if (state)
         return state;
-    state = -1;
-    snprintf(hs_dir, sizeof hs_dir, "/tmp/cellar-h5stream-test-XXXXXX");
-    if (!mkdtemp(hs_dir))
-        return state;
     h5_library_init();
-    const char *py = getenv("CELLAR_TEST_PYTHON");
-    if (!py)
-        py = ".venv/bin/python";
-    if (access(py, X_OK) != 0) {
-        fprintf(stderr, "test_h5_stream: no Python at %s (make venv)\n", py);
-        return state;
-    }
-    char script[300], cmd[900];
-    snprintf(script, sizeof script, "%s/write.py", hs_dir);
-    FILE *f = fopen(script, "w");
-    if (!f)
-        return state;
-    fputs(fixture_py, f);
-    fclose(f);
-    snprintf(cmd, sizeof cmd, "'%s' '%s' '%s'", py, script, hs_dir);
-    if (system(cmd) == 0)
-        state = 1;
+    state = py_fixture_run("h5stream-test", fixture_py, hs_dir, sizeof hs_dir) == 0 ? 1 : -1;
     return state;
 }
 
