@@ -22,6 +22,7 @@
 #include "api/encode/problem.h"
 #include "api/request.h"
 #include "common/byte_range.h"
+#include "common/hash.h"
 #include "common/numfmt.h"
 #include "common/validators.h"
 #include "server/answer_cache.h"
@@ -50,6 +51,7 @@ struct http_server {
     struct MHD_Daemon *daemons[MAX_DAEMONS];
     unsigned n_daemons;
     atomic_uint in_flight;
+    atomic_int stopping; /* set by http_drain_and_stop: /readyz fails */
     watchdog *watch;
     answer_cache *answers;
     FILE *access_log; /* fully buffered; flushed by http_flush_log */
@@ -296,6 +298,10 @@ static void add_common_headers(request_ctx *ctx, struct MHD_Response *r)
         MHD_add_response_header(r, "Last-Modified", date);
         MHD_add_response_header(r, "Cache-Control", "no-cache");
     }
+    /* Draining: a keep-alive client (a balancer's pooled connection) is
+     * told to go elsewhere for its next request. */
+    if (atomic_load(&srv->stopping))
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
 }
 
 static void release_cached_answer(void *value)
@@ -339,16 +345,18 @@ static int queue_cached_answer(void *value, void *arg)
 }
 
 /* The answer cache key of a GET or HEAD on a store version: the version's
- * ETag, the path, the query as sent and what negotiation looks at (Accept,
- * and the encoding Accept-Encoding picks).  Handlers read no other header
- * (the raw zarr route, which does, is never cached). */
+ * cache tag (its ETag and inode: two files of equal name, size and mtime
+ * share an ETag, not answers), the path, the query as sent and what
+ * negotiation looks at (Accept, and the encoding Accept-Encoding picks).
+ * Handlers read no other header (the raw zarr route, which does, is never
+ * cached). */
 static int make_answer_key(request_ctx *ctx, struct MHD_Connection *conn)
 {
     const api_request *req = &ctx->req;
     const char *ae = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept-Encoding");
     coding_choice choice = pick_encoding(ae);
     char encoding = (char)('0' + choice.coding + 3 * !choice.identity_ok);
-    const char *parts[4] = {store_etag(req->store), req->path, req->accept ? req->accept : "",
+    const char *parts[4] = {store_cache_tag(req->store), req->path, req->accept ? req->accept : "",
                             &encoding};
     size_t lens[4] = {strlen(parts[0]), strlen(parts[1]), strlen(parts[2]), 1};
     size_t total = 0;
@@ -382,16 +390,18 @@ static int make_answer_key(request_ctx *ctx, struct MHD_Connection *conn)
 }
 
 /* The representation's ETag, set in ctx->etag: the store version's tag
- * joined with a hash of the answer key (path, query, Accept and the
- * content coding chosen), which is everything the bytes depend on.  So
+ * joined with a hash of the answer key's request part (path, query,
+ * Accept and the content coding chosen), which is everything the bytes
+ * depend on.  So
  * each format and encoding of a version has its own strong ETag, known
  * before the answer is made, and a cache never answers one
  * representation with another's 304. */
 static int representation_etag(request_ctx *ctx)
 {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (size_t i = 0; i < ctx->answer_key_len; i++)
-        h = (h ^ (unsigned char)ctx->answer_key[i]) * 0x100000001b3ull;
+    /* The key's first line is this process's tag of the version: left out,
+     * so that replicas agree (the store's ETag names the version). */
+    size_t skip = strlen(store_cache_tag(ctx->req.store)) + 1;
+    uint64_t h = hash64(ctx->answer_key + skip, ctx->answer_key_len - skip);
     char suffix[17];
     snprintf(suffix, sizeof suffix, "%016llx", (unsigned long long)h);
     ctx->etag = etag_join(ctx->arena, store_etag(ctx->req.store), suffix);
@@ -773,6 +783,8 @@ static int answer_service(request_ctx *ctx, buf *body, const char **type, cellar
         return 0;
     case ROUTE_READYZ:
         *type = "application/json";
+        if (atomic_load(&srv->stopping))
+            return cellar_fail(err, CELLAR_EUNAVAILABLE, "the server is stopping");
         if (!registry_root_ok(srv->reg))
             return cellar_fail(err, CELLAR_EUNAVAILABLE, "the data root is not readable");
         char why[256];
@@ -854,8 +866,12 @@ static int run_handler(request_ctx *ctx, cellar_error *err)
     for (int attempt = 1;; attempt++) {
         discard_response(&ctx->res);
         int rc = ctx->route.handler(req, &ctx->res, err);
-        if (!req->store || ctx->route.id == ROUTE_ZARR_RAW || store_unchanged(req->store))
+        if (!req->store)
             return rc;
+        if (ctx->route.id == ROUTE_ZARR_RAW || store_unchanged(req->store)) {
+            store_answered(req->store);
+            return rc;
+        }
         discard_response(&ctx->res);
         if (attempt == ATTEMPTS) {
             cellar_error_clear(err);
@@ -1362,6 +1378,7 @@ void http_drain_and_stop(http_server *h, double drain_seconds)
 {
     if (!h)
         return;
+    atomic_store(&h->stopping, 1);
     for (unsigned i = 0; i < h->n_daemons; i++) {
         MHD_socket listener = MHD_quiesce_daemon(h->daemons[i]);
         if (listener != MHD_INVALID_SOCKET)

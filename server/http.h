@@ -21,7 +21,9 @@ http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
                         cellar_error *err);
 
 /* Stops accepting connections, waits up to drain_seconds for requests in
- * flight, then stops and frees the server. */
+ * flight, then stops and frees the server.  From its first moment /readyz
+ * answers 503 and every answer carries Connection: close, so clients on
+ * kept-alive connections (a balancer's pool) leave too. */
 void http_drain_and_stop(http_server *h, double drain_seconds);
 
 /* Runs fn(arg) on a background worker; 0 when accepted, nonzero when

@@ -2,8 +2,10 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/hash.h"
 #include "storage/hdf5/h5.h"
 #include "storage/zarr/zarr.h"
 
@@ -65,12 +68,17 @@ struct store {
     node *root;
     file_identity id;
     char etag[128];
+    char cache_tag[192]; /* store_cache_tag */
 
     /* Guarded by reg->lock. */
     struct store *next_retired; /* retired but still referenced */
     int refs;
     int current;       /* still the registry's version for this name */
     double last_used;
+    /* Set once an answer made from this version went out (store_answered):
+     * only then does a rewrite it notices need a rewrite mark, since a
+     * version that answered nothing gave no client its ETag. */
+    atomic_int answered;
 
     pthread_mutex_t derived_lock;
     pthread_cond_t derived_cond;
@@ -399,6 +407,32 @@ static store_backend backend_of(const char *name)
     return has_suffix(name, strlen(name), ".zarr") ? BACKEND_ZARR : BACKEND_HDF5;
 }
 
+/* The version's ETag, from what the data is: a hash of the store's name, its
+ * size and mtime (for zarr: of the root metadata, the newest of them), and
+ * the rewrite mark.  Not the device or inode, so replicas over one shared
+ * root, or over copies that keep mtimes (rsync -a, cp -p), agree; the name
+ * keeps two stores of equal size and mtime apart in the answer cache. */
+static void store_name_etag(store *s)
+{
+    const file_identity *id = &s->id;
+    int n = snprintf(s->etag, sizeof s->etag, "\"%016" PRIx64 "-%llx-%llx.%09lx",
+                     hash64(s->name, strlen(s->name)), (unsigned long long)id->size,
+                     (unsigned long long)id->mtime.tv_sec, (unsigned long)id->mtime.tv_nsec);
+    if (id->rewritten && n > 0 && (size_t)n < sizeof s->etag)
+        n += snprintf(s->etag + n, sizeof s->etag - (size_t)n, "-r%llx",
+                      (unsigned long long)id->rewritten);
+    if (n > 0 && (size_t)n < sizeof s->etag - 1)
+        snprintf(s->etag + n, sizeof s->etag - (size_t)n, "\"");
+}
+
+/* store_cache_tag: the ETag without its quotes, then device and inode. */
+static void store_name_cache_tag(store *s)
+{
+    size_t len = strlen(s->etag);
+    snprintf(s->cache_tag, sizeof s->cache_tag, "%.*s-%lx-%lx", len > 2 ? (int)(len - 2) : 0,
+             s->etag + 1, (unsigned long)s->id.dev, (unsigned long)s->id.ino);
+}
+
 static int store_open(registry *r, const char *name, const char *path,
                       const file_identity *id, store **out, cellar_error *err)
 {
@@ -439,15 +473,8 @@ static int store_open(registry *r, const char *name, const char *path,
     if (rc)
         goto done;
     s->kind = store_kind_detect(s->root);
-    if (id->rewritten)
-        snprintf(s->etag, sizeof s->etag, "\"%lx-%lx-%llx-%llx.%lx-r%llx\"",
-                 (unsigned long)id->dev, (unsigned long)id->ino, (unsigned long long)id->size,
-                 (unsigned long long)id->mtime.tv_sec, (unsigned long)id->mtime.tv_nsec,
-                 (unsigned long long)id->rewritten);
-    else
-        snprintf(s->etag, sizeof s->etag, "\"%lx-%lx-%llx-%llx.%lx\"", (unsigned long)id->dev,
-                 (unsigned long)id->ino, (unsigned long long)id->size,
-                 (unsigned long long)id->mtime.tv_sec, (unsigned long)id->mtime.tv_nsec);
+    store_name_etag(s);
+    store_name_cache_tag(s);
 done:
     if (rc) {
         store_free(s);
@@ -549,7 +576,10 @@ static store *take_current_locked(registry *r, const char *name, const file_iden
     size_t pos = 0;
     store *cur = find_open(r, name, &pos);
     int changed = cur && store_files_changed(cur);
-    if (changed)
+    /* A version retired before it answered anything (most often one opened
+     * while a writer was still going) leaves no mark: replicas that opened
+     * the store only once it was quiet then agree on the next one's ETag. */
+    if (changed && atomic_load(&cur->answered))
         mark_rewrite_locked(r, name, zarr_changed_since_open(cur->root));
     if (cur && !changed && identity_equal(&cur->id, id)) {
         cur->refs++;
@@ -981,6 +1011,11 @@ int store_unchanged(const store *s)
            identity_equal(&now, &s->id);
 }
 
+void store_answered(store *s)
+{
+    atomic_store(&s->answered, 1);
+}
+
 double store_settle_seconds(const store *s)
 {
     if (s->backend != BACKEND_ZARR || !s->root)
@@ -1029,6 +1064,11 @@ struct timespec store_mtime(const store *s)
 const char *store_etag(const store *s)
 {
     return s->etag;
+}
+
+const char *store_cache_tag(const store *s)
+{
+    return s->cache_tag;
 }
 
 /* ---- derived structures ---- */

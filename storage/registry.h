@@ -121,14 +121,28 @@ int store_total_bytes(store *s, uint64_t *out);
  * answers again from the new version when it fails. */
 int store_unchanged(const store *s);
 
+/* Notes that an answer made from this version is going out (its ETag with
+ * it): a rewrite the version notices later then gives the next version a
+ * new ETag (a rewrite mark). */
+void store_answered(store *s);
+
 /* How long to wait before a new version of a store that changed under this
  * one may be trusted (a zarr store rewritten file by file must be quiet a
  * moment first), in seconds; 0 when it may be opened at once. */
 double store_settle_seconds(const store *s);
 struct timespec store_mtime(const store *s);
 
-/* Strong validator of this version, quoted, e.g. "\"2a-1f3-51200-1733150000.123\"". */
+/* Strong validator of this version, quoted, from what the data is (a hash
+ * of the name, size, mtime; see store_name_etag): the same in every replica
+ * that holds the same files, e.g. "\"5d41402abc4b2a76-51200-674e1a30.000000123\"". */
 const char *store_etag(const store *s);
+
+/* This process's own name for this version, unquoted: the ETag's fields
+ * and the file's device and inode, so that a file replaced by another of
+ * the same name, size and mtime is never taken for the old one by what
+ * this process keys on the version (the answer cache, --cache-dir files).
+ * Not for HTTP: it differs between replicas. */
+const char *store_cache_tag(const store *s);
 
 /* Derived structures of one store version (name indexes, maps, tree and
  * column indexes): built once by the first caller under `key`, concurrent

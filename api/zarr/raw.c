@@ -139,7 +139,8 @@ static const char *key_content_type(const char *key)
 #define DATE_MAX 40
 
 /* The key's validator: the store version's ETag (quoted) with the file's
- * identity appended inside the quotes.  -1 when it does not fit. */
+ * size and mtime appended inside the quotes (not its inode: replicas over
+ * one root or over copies agree).  -1 when it does not fit. */
 static int key_etag(const char *store_tag, const struct stat *st, char out[ETAG_MAX])
 {
     size_t len = strlen(store_tag);
@@ -147,9 +148,8 @@ static int key_etag(const char *store_tag, const struct stat *st, char out[ETAG_
         return -1;
     memcpy(out, store_tag, len - 1);
     int n = snprintf(out + len - 1, ETAG_MAX - (len - 1),
-                     "-k%" PRIx64 "-%" PRIx64 "-%" PRIx64 ".%lx\"", (uint64_t)st->st_ino,
-                     (uint64_t)st->st_size, (uint64_t)st->st_mtim.tv_sec,
-                     (unsigned long)st->st_mtim.tv_nsec);
+                     "-k%" PRIx64 "-%" PRIx64 ".%lx\"", (uint64_t)st->st_size,
+                     (uint64_t)st->st_mtim.tv_sec, (unsigned long)st->st_mtim.tv_nsec);
     return n < 0 || (size_t)n >= ETAG_MAX - (len - 1) ? -1 : 0;
 }
 

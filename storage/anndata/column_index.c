@@ -374,11 +374,11 @@ int column_index_load(const char *path, const matrix *m, column_index **out,
     return 0;
 }
 
-char *column_index_path(const char *dir, const char *etag, const char *element_path)
+char *column_index_path(const char *dir, const char *version_tag, const char *element_path)
 {
     if (!dir)
         return NULL;
-    size_t n = strlen(dir) + strlen(etag) + strlen(element_path) + 8;
+    size_t n = strlen(dir) + strlen(version_tag) + strlen(element_path) + 8;
     char *out = malloc(n);
     if (!out)
         return NULL;
@@ -387,7 +387,7 @@ char *column_index_path(const char *dir, const char *etag, const char *element_p
     size_t o = d;
     if (!d || out[d - 1] != '/')
         out[o++] = '/';
-    const char *parts[2] = {etag, element_path};
+    const char *parts[2] = {version_tag, element_path};
     for (int p = 0; p < 2; p++) {
         if (p)
             out[o++] = '-';
@@ -540,7 +540,8 @@ int column_index_get(store *s, const matrix *m, const column_index_options *opts
     int rc = get_slot(s, m, &slot, err);
     if (rc)
         return rc;
-    char *path = opts ? column_index_path(opts->cache_dir, store_etag(s), node_path(m->element))
+    char *path = opts ? column_index_path(opts->cache_dir, store_cache_tag(s),
+                                          node_path(m->element))
                       : NULL;
     build_job *job = NULL;
     uint64_t need = column_index_bytes(m);

@@ -72,9 +72,10 @@ static inline const matrix_csc *column_index_csc(const column_index *ci)
 }
 
 /* The cache file name of an element of a store version, inside dir:
- * "<dir>/<etag and element path, every byte outside [A-Za-z0-9._-] as _>.cix".
+ * "<dir>/<version tag and element path, every byte outside [A-Za-z0-9._-]
+ * as _>.cix", the version tag being store_cache_tag.
  * malloc'd; NULL when out of memory or dir is NULL. */
-char *column_index_path(const char *dir, const char *etag, const char *element_path);
+char *column_index_path(const char *dir, const char *version_tag, const char *element_path);
 
 /* ---- per store version ---- */
 

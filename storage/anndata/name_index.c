@@ -1,5 +1,7 @@
 #include "storage/anndata/name_index.h"
 
+#include "common/hash.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,19 +30,9 @@ struct name_index {
     size_t pool_len, pool_cap;
 };
 
-/* FNV-1a, 64-bit, finished with a murmur-style mix so that the low bits
- * used for the slot are well spread. */
 static uint64_t hash_name(const char *s)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        h ^= *p;
-        h *= 1099511628211ULL;
-    }
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    return h;
+    return hash64(s, strlen(s));
 }
 
 /* Names held before the first growth. */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
 #include "storage/zarr/zarr.h"
 #include "storage/zarr/zarr_impl.h"
 
@@ -38,12 +39,8 @@ static struct {
 
 static uint64_t key_hash(const zarr_cache_key *k)
 {
-    /* FNV-1a over the key's bytes (keys are zero-filled, so padding is 0). */
-    const uint8_t *p = (const uint8_t *)k;
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < sizeof *k; i++)
-        h = (h ^ p[i]) * 1099511628211ULL;
-    return h ^ (h >> 29);
+    /* keys are zero-filled, so padding is 0 */
+    return hash64(k, sizeof *k);
 }
 
 static void entry_free(zarr_cached *e)

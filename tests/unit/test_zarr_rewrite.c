@@ -195,7 +195,7 @@ void test_registry_zarr_rewrite(void)
     cellar_error err;
     cellar_error_clear(&err);
     registry *r = registry_new(&cfg, &err);
-    store *v1 = NULL, *v2 = NULL, *v3 = NULL;
+    store *v1 = NULL, *v2 = NULL, *v3 = NULL, *v4 = NULL;
     int32_t v[N];
     CHECK(r != NULL);
     if (!r)
@@ -207,6 +207,7 @@ void test_registry_zarr_rewrite(void)
     snprintf(etag1, sizeof etag1, "%s", store_etag(v1));
     CHECK_EQ(read_a(store_root(v1), 0, N, v), 0);
     CHECK(store_unchanged(v1));
+    store_answered(v1); /* its ETag went out with an answer */
 
     /* Only a chunk changes: the root metadata (the identity on disk) stays. */
     put_chunk(dir, 1, 700);
@@ -223,6 +224,7 @@ void test_registry_zarr_rewrite(void)
     CHECK_EQ(v[4], 704);
     CHECK_EQ(v[0], 0);
     CHECK(store_unchanged(v2));
+    store_answered(v2);
 
     /* Changed again, back to the first values: a third ETag, not the first. */
     put_chunk(dir, 1, 0);
@@ -236,7 +238,22 @@ void test_registry_zarr_rewrite(void)
         CHECK_EQ(read_a(store_root(v3), 4, 4, v), 0);
         CHECK_EQ(v[0], 4);
     }
+    /* A version that answered nothing before its files changed gave no
+     * client its ETag: the next one keeps it, as a replica that opened
+     * the store only after the rewrite has it. */
+    char etag3[128];
+    snprintf(etag3, sizeof etag3, "%s", v3 ? store_etag(v3) : "");
+    put_chunk(dir, 1, 900);
+    if (v3)
+        CHECK_EQ(read_a(store_root(v3), 4, 4, v), 0);
+    CHECK(v3 && !store_unchanged(v3));
+    settle();
+    CHECK_EQ(registry_get(r, "s.zarr", &v4, &err), 0);
+    CHECK(v4 != NULL && v4 != v3);
+    if (v4)
+        CHECK_EQ(strcmp(store_etag(v4), etag3), 0);
 done:
+    store_release(v4);
     store_release(v3);
     store_release(v2);
     store_release(v1);
