@@ -67,9 +67,19 @@ def write_zarr(a: ad.AnnData, path: Path) -> None:
 def zarr_chunk_key(store: Path) -> str:
     """The key of one chunk of X in a zarr store, as a client asks for it."""
     for p in sorted((store / "X").rglob("*")):
-        if p.is_file() and p.name not in ("zarr.json", ".zarray", ".zattrs"):
+        if p.is_file() and p.name not in ("zarr.json", ".zarray", ".zattrs", ".zgroup"):
             return p.relative_to(store).as_posix()
     raise AssertionError(f"no chunk under {store}/X")
+
+
+def meta_key(store: Path, group: str = "") -> str:
+    """The metadata key of a group or array, as the writer's zarr format
+    names it (anndata 0.12 writes v2, 0.13 v3)."""
+    for name in ("zarr.json", ".zarray", ".zgroup"):
+        key = f"{group}/{name}" if group else name
+        if (store / key).is_file():
+            return key
+    raise AssertionError(f"no metadata for {group!r} in {store}")
 
 
 def routes(root: Path) -> list[str]:
@@ -82,7 +92,7 @@ def routes(root: Path) -> list[str]:
         store_path("cells.h5ad", "obsm", "X_umap") + "?rows=0:50",
         store_path("cells.zarr", "obs") + "?rows=0:20",
         store_path("cells.zarr", "X") + "?cols=3",
-        store_path("cells.zarr", "zarr", "X", "zarr.json"),
+        store_path("cells.zarr", "zarr", *meta_key(root / "cells.zarr", "X").split("/")),
         store_path("cells.zarr", "zarr", *chunk.split("/")),
         "/v1/stores",
     ]
@@ -395,7 +405,7 @@ def test_copies_agree_on_etags(data_root, server_factory, tmp_path):
     paths = [store_path(W.FRAME), store_path(W.FRAME, "obs"), store_path(W.FRAME, "X") + "?rows=0:3",
              store_path(W.MULTI, "mod", "rna", "obs"), store_path(W.LINEAGE, "obst"),
              store_path("cells.zarr"), store_path("cells.zarr", "obs") + "?rows=0:4",
-             store_path("cells.zarr", "zarr", "zarr.json"),
+             store_path("cells.zarr", "zarr", meta_key(a / "cells.zarr")),
              store_path("cells.zarr", "zarr", *chunk.split("/"))]
     for path in paths:
         ra, rb = sa.session.get(sa.base + path, timeout=10), sb.session.get(sb.base + path, timeout=10)
