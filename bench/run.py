@@ -23,7 +23,7 @@ Environment:
   BENCH_REFS          references to run (default mhd,nginx,h5grove)
   BENCH_ONLY          comma list of scenario ids to run (summary, modlist,
                       obs_json, ..., mixed) and/or sections (trees, matrices,
-                      probe);
+                      probe, replicas);
                       default all.  A run of sections only rewrites their
                       blocks of BENCHMARKS.md and keeps the rest of the file.
 
@@ -754,7 +754,7 @@ metadata, names and indexes stay on).
     return text
 
 
-SECTIONS = ("trees", "matrices", "probe")
+SECTIONS = ("trees", "matrices", "probe", "replicas")
 SECTION_RE = re.compile(r"<!-- bench:([\w@.]+) -->\n.*?<!-- /bench:\1 -->\n?", re.S)
 
 
@@ -890,10 +890,13 @@ def main():
                                    targets, info, seconds)
         print(table)
         print(f"\ncellar peak RSS over the run: {results.cellar_peak_kb / 1024:.0f} MB")
+    import replicas
     import sections
     for name, title, fn in (("trees", "Trees (issue 4)", sections.run_trees),
                             ("matrices", "Matrices (issue 5)", sections.run_matrices),
-                            ("probe", "The HDF5 probe (issue 19)", sections.run_probe)):
+                            ("probe", "The HDF5 probe (issue 19)", sections.run_probe),
+                            ("replicas", "Replicas behind HAProxy (issue 15)",
+                             replicas.run_replicas)):
         if only and name not in only:
             continue
         copy = copy_gbps()

@@ -15,6 +15,7 @@ missing=""
 if [ "${BENCH_ONLY:-}" != "probe" ]; then
     command -v wrk >/dev/null 2>&1 || missing="$missing wrk"
     command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$missing nginx-light"
+    command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing="$missing haproxy"
 fi
 [ -x /usr/bin/time ] || missing="$missing time"
 if [ -n "$missing" ]; then
