@@ -2,10 +2,10 @@
 
 CC      ?= cc
 VERSION := 0.1.0
-PKGS    := libmicrohttpd hdf5 jansson libuv yajl libzstd liblz4 blosc zlib
-DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libhdf5-dev hdf5-plugin-lzf liblzf-dev \
+PKGS    := libmicrohttpd gnutls hdf5 jansson libuv yajl libzstd liblz4 blosc zlib
+DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libgnutls28-dev libhdf5-dev hdf5-plugin-lzf liblzf-dev \
             libjansson-dev libuv1-dev libyajl-dev zlib1g-dev libzstd-dev liblz4-dev \
-            libblosc-dev curl ca-certificates python3 python3-venv zstd haproxy
+            libblosc-dev curl ca-certificates openssl python3 python3-venv zstd haproxy
 # node and npm (tests/http/zarr_clients: zarrita.js, npm ci from its lock
 # file) come from Debian's nodejs and npm unless a node and an npm are on
 # PATH already (NodeSource's nodejs has its own npm, which Debian's npm

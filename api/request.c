@@ -402,6 +402,8 @@ int api_open_store(api_request *req, cellar_error *err)
         return 0;
     if (!req->store_name || !req->registry)
         return cellar_fail(err, CELLAR_ENOTFOUND, "no store named in the path");
+    if (!api_may_read(req, req->store_name))
+        return registry_fail_unknown(err, req->store_name);
     return registry_get(req->registry, req->store_name, &req->store, err);
 }
 

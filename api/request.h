@@ -67,7 +67,21 @@ typedef struct api_request {
      * tests: use api_request_header. */
     const char *(*header)(void *header_ctx, const char *name);
     void *header_ctx;
+
+    /* Which stores the request may read (the server's bearer token grant,
+     * --auth-file), NULL for every store.  api_open_store refuses any other
+     * as if it did not exist, and the store listing leaves them out: every
+     * route, those that take a store's name from a parameter included,
+     * opens its store through api_open_store. */
+    int (*may_read)(const void *grant, const char *store_name);
+    const void *grant;
 } api_request;
+
+/* Whether the request may read the store named name (api_request.may_read). */
+static inline int api_may_read(const api_request *req, const char *name)
+{
+    return !req->may_read || req->may_read(req->grant, name);
+}
 
 /* req->header(name) when the server set it, else NULL. */
 static inline const char *api_request_header(const api_request *req, const char *name)
@@ -157,7 +171,9 @@ int api_check_budget(const api_request *req, uint64_t bytes, const char *unit,
                      uint64_t per_unit, cellar_error *err);
 
 /* Resolves req->store from req->store_name (taking a reference that the
- * server releases when the request completes). */
+ * server releases when the request completes).  A store the request may
+ * not read (api_may_read) is CELLAR_ENOTFOUND with the very detail of a
+ * store that is not there. */
 int api_open_store(api_request *req, cellar_error *err);
 
 /* ---- for every handler ---- */

@@ -21,6 +21,7 @@ const char *cellar_strerror(int code)
     case CELLAR_EIO: return "I/O Error";
     case CELLAR_EUNAVAILABLE: return "Service Unavailable";
     case CELLAR_EPRECONDITION: return "Precondition Failed";
+    case CELLAR_EUNAUTHORIZED: return "Unauthorized";
     default: return "Internal Server Error";
     }
 }
@@ -42,6 +43,7 @@ int cellar_http_status(int code)
     case CELLAR_EIO: return 503;
     case CELLAR_EUNAVAILABLE: return 503;
     case CELLAR_EPRECONDITION: return 412;
+    case CELLAR_EUNAUTHORIZED: return 401;
     default: return 500;
     }
 }

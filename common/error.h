@@ -22,7 +22,8 @@ typedef enum {
     CELLAR_EIO = -9,          /* 503: the operating system failed a read */
     CELLAR_EINTERNAL = -10,   /* 500: a bug */
     CELLAR_EUNAVAILABLE = -11, /* 503: shutting down, or not ready */
-    CELLAR_EPRECONDITION = -12 /* 412: If-Match / If-Unmodified-Since failed */
+    CELLAR_EPRECONDITION = -12, /* 412: If-Match / If-Unmodified-Since failed */
+    CELLAR_EUNAUTHORIZED = -13  /* 401: no valid bearer token (--auth-file) */
 } cellar_code;
 
 #define CELLAR_ERROR_DETAIL_MAX 512

@@ -225,3 +225,14 @@ float half_to_float(uint16_t h)
     memcpy(&f, &bits, sizeof f);
     return f;
 }
+
+int hex_digit_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}

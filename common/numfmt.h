@@ -23,6 +23,9 @@ size_t fmt_i64(int64_t v, char *out);
 size_t fmt_f64(double v, char *out);
 size_t fmt_f32(float v, char *out);
 
+/* The value of a hexadecimal digit (either case), -1 for any other character. */
+int hex_digit_value(char c);
+
 /* IEEE half -> float, exactly. */
 float half_to_float(uint16_t h);
 

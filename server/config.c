@@ -36,7 +36,15 @@ static const option_def options[] = {
     OPT("--drain-seconds", "CELLAR_DRAIN_SECONDS", OPT_DOUBLE, drain_seconds,
         "on SIGTERM, wait this long for requests in flight (default 30)"),
     OPT("--cors-origin", "CELLAR_CORS_ORIGIN", OPT_STR, cors_origin,
-        "Access-Control-Allow-Origin value (default *)"),
+        "origins browsers may read answers from, comma-separated, or * (default *)"),
+    OPT("--auth-file", "CELLAR_AUTH_FILE", OPT_STR, auth_file,
+        "bearer tokens as SHA-256 hashes, each with the stores it may read; reread on SIGHUP (default: open)"),
+    OPT("--metrics-token-file", "CELLAR_METRICS_TOKEN_FILE", OPT_STR, metrics_token_file,
+        "SHA-256 hashes of the tokens that may read /metrics; reread on SIGHUP (default: open)"),
+    OPT("--tls-cert", "CELLAR_TLS_CERT", OPT_STR, tls_cert,
+        "PEM certificate (chain) to serve HTTPS with; reread on SIGHUP (default: plain HTTP)"),
+    OPT("--tls-key", "CELLAR_TLS_KEY", OPT_STR, tls_key,
+        "PEM private key of --tls-cert (unencrypted)"),
     OPT("--cache-dir", "CELLAR_CACHE_DIR", OPT_STR, cache_dir,
         "where derived indexes are persisted (default: none)"),
     OPT("--column-index-max-bytes", "CELLAR_COLUMN_INDEX_MAX_BYTES", OPT_U64, column_index_max_bytes,
@@ -213,6 +221,10 @@ int config_parse(server_config *cfg, int argc, char **argv)
         cfg->threads = 1;
     if (cfg->probe_concurrency == 0)
         cfg->probe_concurrency = 1;
+    if (!cfg->tls_cert != !cfg->tls_key) {
+        fprintf(stderr, "cellar: --tls-cert and --tls-key go together\n");
+        return -1;
+    }
     if (cfg->port > 65535) {
         fprintf(stderr, "cellar: --port must be at most 65535\n");
         return -1;

@@ -16,7 +16,11 @@ typedef struct server_config {
     size_t max_open_stores;
     double idle_seconds;
     double drain_seconds;
-    const char *cors_origin;
+    const char *cors_origin;        /* comma-separated origins, or * */
+    const char *auth_file;          /* bearer tokens and their stores; NULL = open */
+    const char *metrics_token_file; /* tokens for /metrics; NULL = open */
+    const char *tls_cert;           /* PEM certificate chain; NULL = plain HTTP */
+    const char *tls_key;            /* its PEM private key */
     const char *cache_dir;
     size_t answer_cache_bytes;
     size_t zarr_chunk_cache_bytes;

@@ -138,6 +138,7 @@ static void on_hup(uv_signal_t *h, int signum)
     registry_drop_all(st->cfg->reg);
     http_drop_answers(st->cfg->http);
     fprintf(stderr, "cellar: SIGHUP: dropped cached store handles and answers\n");
+    http_reload_credentials(st->cfg->http);
 }
 
 static void on_log_timer(uv_timer_t *t)

@@ -26,6 +26,8 @@
 #include "common/numfmt.h"
 #include "common/validators.h"
 #include "server/answer_cache.h"
+#include "server/auth.h"
+#include "server/cors.h"
 #include "server/router.h"
 #include "server/watchdog.h"
 #include "storage/zarr/zarr.h"
@@ -54,6 +56,9 @@ struct http_server {
     atomic_int stopping; /* set by http_drain_and_stop: /readyz fails */
     watchdog *watch;
     answer_cache *answers;
+    auth *store_tokens;   /* --auth-file, or NULL: every store open */
+    auth *metrics_tokens; /* --metrics-token-file, or NULL: /metrics open */
+    cors_policy *cors;
     FILE *access_log; /* fully buffered; flushed by http_flush_log */
     /* Background work (http_set_background): set once the control loop runs. */
     pthread_mutex_t bg_lock;
@@ -84,6 +89,11 @@ typedef struct request_ctx {
     int not_modified;
     struct MHD_Connection *conn;
     watch_entry watch; /* while dispatch runs */
+    cors_answer cors;  /* for this request's Origin */
+    /* The token table the request was checked against (a reference,
+     * dropped when it completes; req.grant points into it), or NULL. */
+    auth_table *tokens;
+    const char *challenge; /* WWW-Authenticate of a 401 */
 } request_ctx;
 
 /* What the answer cache keeps: a response libmicrohttpd can queue on any
@@ -95,7 +105,13 @@ typedef struct cached_answer {
 
 static const char *const cors_expose =
     "Content-Range, Content-Length, ETag, X-Shape, X-Dtype, Last-Modified, X-Nnz, "
-    "X-Indptr-Dtype, X-Indices-Dtype, X-Column-Index";
+    "X-Indptr-Dtype, X-Indices-Dtype, X-Column-Index, WWW-Authenticate";
+
+/* What a preflight lets a page send: Authorization for bearer tokens,
+ * the conditionals and Range of a client that caches and seeks. */
+static const char *const cors_allow_headers =
+    "Authorization, Content-Type, Range, If-None-Match, If-Modified-Since, If-Match, "
+    "If-Unmodified-Since, If-Range, Accept, Accept-Encoding";
 
 static uint64_t elapsed_us(const struct timespec *start)
 {
@@ -288,9 +304,14 @@ static int res_has_header(const api_response *res, const char *name)
 
 static void add_common_headers(request_ctx *ctx, struct MHD_Response *r)
 {
-    http_server *srv = ctx->srv;
-    MHD_add_response_header(r, "Access-Control-Allow-Origin", srv->cfg->cors_origin);
-    MHD_add_response_header(r, "Access-Control-Expose-Headers", cors_expose);
+    if (ctx->cors.allow_origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", ctx->cors.allow_origin);
+        MHD_add_response_header(r, "Access-Control-Expose-Headers", cors_expose);
+        if (ctx->cors.credentials)
+            MHD_add_response_header(r, "Access-Control-Allow-Credentials", "true");
+    }
+    if (ctx->cors.vary)
+        MHD_add_response_header(r, "Vary", "Origin");
     if (ctx->req.store && !res_has_header(&ctx->res, "ETag")) {
         char date[64];
         http_date(store_mtime(ctx->req.store), date, sizeof date);
@@ -300,7 +321,7 @@ static void add_common_headers(request_ctx *ctx, struct MHD_Response *r)
     }
     /* Draining: a keep-alive client (a balancer's pooled connection) is
      * told to go elsewhere for its next request. */
-    if (atomic_load(&srv->stopping))
+    if (atomic_load(&ctx->srv->stopping))
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
 }
 
@@ -408,11 +429,26 @@ static int representation_etag(request_ctx *ctx)
     return ctx->etag ? 0 : -1;
 }
 
+/* Appends the CORS variant to the answer key: a kept answer carries the
+ * Access-Control-* headers of the request that made it, which depend on
+ * the Origin (the ETag does not: the bytes are the same). */
+static int key_cors_variant(request_ctx *ctx)
+{
+    char *key = arena_alloc(ctx->arena, ctx->answer_key_len + 16);
+    if (!key)
+        return -1;
+    memcpy(key, ctx->answer_key, ctx->answer_key_len);
+    int n = snprintf(key + ctx->answer_key_len, 16, "\n%u", ctx->cors.variant);
+    ctx->answer_key = key;
+    ctx->answer_key_len += (size_t)n;
+    return 0;
+}
+
 /* The answer key and the ETag of the representation a GET or HEAD asks of
  * its store version (again after a retry on a new version). */
 static int name_representation(request_ctx *ctx)
 {
-    return make_answer_key(ctx, ctx->conn) || representation_etag(ctx);
+    return make_answer_key(ctx, ctx->conn) || representation_etag(ctx) || key_cors_variant(ctx);
 }
 
 static ssize_t no_body(void *cls, uint64_t pos, char *out, size_t max)
@@ -701,6 +737,10 @@ static enum MHD_Result send_problem(request_ctx *ctx, struct MHD_Connection *con
         extra.headers[extra.n_headers].name = "Retry-After";
         extra.headers[extra.n_headers++].value = "1";
     }
+    if (status == 401) {
+        extra.headers[extra.n_headers].name = "WWW-Authenticate";
+        extra.headers[extra.n_headers++].value = ctx->challenge ? ctx->challenge : "Bearer";
+    }
     return send_body(ctx, conn, status, PROBLEM_CONTENT_TYPE, &body, &extra);
 }
 
@@ -714,9 +754,7 @@ static enum MHD_Result send_empty(request_ctx *ctx, struct MHD_Connection *conn,
     if (allow) {
         MHD_add_response_header(r, "Allow", allow);
         MHD_add_response_header(r, "Access-Control-Allow-Methods", allow);
-        MHD_add_response_header(r, "Access-Control-Allow-Headers",
-                                "Content-Type, Range, If-None-Match, If-Modified-Since, "
-                                "Accept, Accept-Encoding");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", cors_allow_headers);
         MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
     }
     ctx->status = status;
@@ -944,6 +982,90 @@ static int precondition_failed(request_ctx *ctx, struct MHD_Connection *conn, ce
     return 0;
 }
 
+/* Takes access_token out of the query (RFC 6750 2.3), so that no handler,
+ * answer key, ETag, log line or error detail ever holds it; *token gets
+ * its value (NULL when absent).  CELLAR_EINVAL when given twice. */
+static int take_access_token(api_request *req, const char **token, cellar_error *err)
+{
+    *token = NULL;
+    size_t kept = 0;
+    int seen = 0;
+    for (size_t i = 0; i < req->n_query; i++) {
+        if (strcmp(req->query[i].key, "access_token")) {
+            req->query[kept++] = req->query[i];
+            continue;
+        }
+        seen++;
+        *token = req->query[i].value;
+    }
+    req->n_query = kept;
+    if (seen > 1)
+        return cellar_fail(err, CELLAR_EINVAL, "access_token is given more than once");
+    return 0;
+}
+
+/* The token file a route is guarded by: none for liveness, readiness and
+ * the API description (they tell nothing of the data), --metrics-token-file
+ * for /metrics, --auth-file for every other route (those not matched
+ * included, so a path tells nothing without a token). */
+static auth *gate_of(const http_server *srv, route_id id)
+{
+    switch (id) {
+    case ROUTE_HEALTHZ:
+    case ROUTE_READYZ:
+    case ROUTE_OPENAPI:
+        return NULL;
+    case ROUTE_METRICS:
+        return srv->metrics_tokens;
+    default:
+        return srv->store_tokens;
+    }
+}
+
+static int grant_may_read(const void *grant, const char *store_name)
+{
+    return auth_grant_allows(grant, store_name);
+}
+
+/* Checks the bearer token (Authorization header, or access_token in the
+ * query) against the route's token file: 0 when the route is open or the
+ * token is in the file (then req may read what the token's grant allows),
+ * CELLAR_EUNAUTHORIZED with ctx->challenge set when it is missing or
+ * unknown, CELLAR_EINVAL when sent both ways (RFC 6750 2). */
+static int authorize(request_ctx *ctx, struct MHD_Connection *conn, cellar_error *err)
+{
+    const char *query_token = NULL, *token = NULL;
+    size_t len = 0;
+    int rc = take_access_token(&ctx->req, &query_token, err);
+    auth *gate = gate_of(ctx->srv, ctx->route.id);
+    if (rc || !gate)
+        return rc;
+    const char *header = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    int has_header = auth_bearer_token(header, &token, &len) == 0;
+    if (has_header && query_token)
+        return cellar_fail(err, CELLAR_EINVAL,
+                           "send the token once: in Authorization or as access_token, not both");
+    if (query_token) {
+        token = query_token;
+        len = strlen(query_token);
+    }
+    ctx->tokens = auth_acquire(gate);
+    const auth_grant *grant = token ? auth_table_find(ctx->tokens, token, len) : NULL;
+    if (!grant) {
+        ctx->challenge = token ? "Bearer realm=\"cellar\", error=\"invalid_token\""
+                               : "Bearer realm=\"cellar\"";
+        return cellar_fail(err, CELLAR_EUNAUTHORIZED,
+                           token ? "the bearer token is not valid"
+                                 : "a bearer token is required (Authorization: Bearer TOKEN, "
+                                   "or access_token=TOKEN)");
+    }
+    if (gate == ctx->srv->store_tokens) {
+        ctx->req.may_read = grant_may_read;
+        ctx->req.grant = grant;
+    }
+    return 0;
+}
+
 static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, const char *url)
 {
     api_request *req = &ctx->req;
@@ -955,15 +1077,20 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
     if (!rc)
         watchdog_label(ctx->srv->watch, &ctx->watch, router_route_name(ctx->route.id),
                        req->store_name);
+    /* A preflight carries no credentials (Fetch, CORS-preflight request). */
     if (method == METHOD_OPTIONS)
         return send_empty(ctx, conn, 204, allow_header(rc ? (METHOD_GET | METHOD_HEAD) : ctx->route.methods));
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_query_arg, ctx);
+    cellar_error denied;
+    cellar_error_clear(&denied);
+    if (authorize(ctx, conn, &denied))
+        return send_problem(ctx, conn, &denied, NULL);
     if (rc)
         return send_problem(ctx, conn, &err, NULL);
     if (!(method & ctx->route.methods)) {
         cellar_fail(&err, CELLAR_EMETHOD, "%s is not allowed on this route", req->method);
         return send_problem(ctx, conn, &err, allow_header(ctx->route.methods));
     }
-    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_query_arg, ctx);
     req->accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept");
     req->header = request_header;
     req->header_ctx = conn;
@@ -1084,6 +1211,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         ctx->req.config = &srv->api_cfg;
         ctx->req.registry = srv->reg;
         ctx->res.fd = -1;
+        ctx->cors = cors_decide(srv->cors,
+                                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"));
         atomic_fetch_add(&srv->in_flight, 1);
         *con_cls = ctx;
         return body_announced_too_big(ctx, conn) ? refuse_body(ctx, conn) : MHD_YES;
@@ -1156,6 +1285,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (ctx->res.fd >= 0)
         close(ctx->res.fd);
     store_release(ctx->req.store);
+    auth_table_release(ctx->tokens);
     json_decref(ctx->req.body);
     buf_destroy(&ctx->res.body);
     buf_destroy(&ctx->upload);
@@ -1296,6 +1426,9 @@ static void http_free(http_server *h)
 {
     stop_daemons(h);
     answer_cache_free(h->answers);
+    auth_free(h->store_tokens);
+    auth_free(h->metrics_tokens);
+    cors_free(h->cors);
     watchdog_free(h->watch);
     if (h->access_log)
         fclose(h->access_log);
@@ -1316,6 +1449,39 @@ static FILE *open_access_log(void)
     }
     setvbuf(f, NULL, _IOFBF, 64 * 1024);
     return f;
+}
+
+static auth *open_tokens(const char *path, auth_file_kind kind, cellar_error *err)
+{
+    auth *a = auth_open(path, kind, err);
+    if (a) {
+        auth_table *t = auth_acquire(a);
+        fprintf(stderr, "cellar: %s: %zu tokens\n", path, auth_table_count(t));
+        auth_table_release(t);
+    }
+    return a;
+}
+
+/* SIGHUP: a token file that does not parse leaves the tokens in use. */
+static void reload_tokens(auth *a, const char *path)
+{
+    if (!a)
+        return;
+    cellar_error err;
+    cellar_error_clear(&err);
+    if (auth_reload(a, &err)) {
+        fprintf(stderr, "cellar: SIGHUP: kept the tokens in use: %s\n", err.detail);
+        return;
+    }
+    auth_table *t = auth_acquire(a);
+    fprintf(stderr, "cellar: SIGHUP: %s: %zu tokens\n", path, auth_table_count(t));
+    auth_table_release(t);
+}
+
+void http_reload_credentials(http_server *h)
+{
+    reload_tokens(h->store_tokens, h->cfg->auth_file);
+    reload_tokens(h->metrics_tokens, h->cfg->metrics_token_file);
 }
 
 http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
@@ -1342,6 +1508,13 @@ http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
         cellar_fail(err, CELLAR_ENOMEM, "out of memory");
         goto fail;
     }
+    if (!(h->cors = cors_new(cfg->cors_origin, err)))
+        goto fail;
+    if (cfg->auth_file && !(h->store_tokens = open_tokens(cfg->auth_file, AUTH_FILE_STORES, err)))
+        goto fail;
+    if (cfg->metrics_token_file &&
+        !(h->metrics_tokens = open_tokens(cfg->metrics_token_file, AUTH_FILE_TOKENS, err)))
+        goto fail;
     if (cfg->access_log && !(h->access_log = open_access_log())) {
         cellar_fail(err, CELLAR_EINTERNAL, "cannot open the access log on stderr");
         goto fail;

@@ -47,6 +47,10 @@ int http_submit_background(void *ctx, void (*fn)(void *), void *arg);
 /* Writes out the buffered access log (the control loop calls it every 0.1 s). */
 void http_flush_log(http_server *h);
 
+/* Reads --auth-file and --metrics-token-file again (SIGHUP); a file that
+ * does not parse leaves the tokens in use.  Logs what it did. */
+void http_reload_credentials(http_server *h);
+
 /* Drops every kept answer (SIGHUP). */
 void http_drop_answers(http_server *h);
 

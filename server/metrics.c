@@ -3,7 +3,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-static const int tracked_status[] = {200, 204, 206, 304, 400, 404, 405, 406,
+static const int tracked_status[] = {200, 204, 206, 304, 400, 401, 404, 405, 406, 412,
                                      413, 416, 422, 500, 503};
 #define N_STATUS (sizeof tracked_status / sizeof tracked_status[0] + 1) /* + other */
 

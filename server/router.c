@@ -4,6 +4,7 @@
 
 #include "api/v1/routes.h"
 #include "api/zarr/routes.h"
+#include "common/numfmt.h"
 
 #define MAX_SEGMENTS 64
 
@@ -85,17 +86,6 @@ unsigned router_method(const char *method)
     return 0;
 }
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 char *router_decode(arena *a, const char *s, size_t len, int plus_is_space, size_t *out_len)
 {
     char *out = arena_alloc(a, len + 1);
@@ -107,7 +97,7 @@ char *router_decode(arena *a, const char *s, size_t len, int plus_is_space, size
         if (c == '%') {
             if (i + 2 >= len)
                 return NULL;
-            int hi = hex_value(s[i + 1]), lo = hex_value(s[i + 2]);
+            int hi = hex_digit_value(s[i + 1]), lo = hex_digit_value(s[i + 2]);
             if (hi < 0 || lo < 0)
                 return NULL;
             out[o++] = (char)(hi * 16 + lo);

@@ -187,6 +187,11 @@ static int name_is_safe(const char *name)
     return segment_is_store(name, len) && !strstr(name, "//");
 }
 
+int registry_fail_unknown(cellar_error *err, const char *name)
+{
+    return cellar_fail(err, CELLAR_ENOTFOUND, "no store named '%.200s'", name);
+}
+
 /* Resolves name against the root to a canonical path that is still inside
  * the root (symlinks followed, then checked). Returns a malloc'd path. */
 static int resolve_inside(registry *r, const char *name, char **out, cellar_error *err)
@@ -195,7 +200,7 @@ static int resolve_inside(registry *r, const char *name, char **out, cellar_erro
     if (!name_is_safe(name)) {
         fprintf(stderr, "cellar: refused store name '%.200s' (not a plain relative name)\n",
                 name);
-        return cellar_fail(err, CELLAR_ENOTFOUND, "no store named '%.200s'", name);
+        return registry_fail_unknown(err, name);
     }
     size_t len = r->root_len + 1 + strlen(name) + 1;
     char *joined = malloc(len);
@@ -205,13 +210,13 @@ static int resolve_inside(registry *r, const char *name, char **out, cellar_erro
     char *real = realpath(joined, NULL);
     free(joined);
     if (!real)
-        return cellar_fail(err, CELLAR_ENOTFOUND, "no store named '%.200s'", name);
+        return registry_fail_unknown(err, name);
     if (strncmp(real, r->root, r->root_len) != 0 ||
         (real[r->root_len] != '/' && r->root_len > 1)) {
         fprintf(stderr, "cellar: refused store '%.200s': resolves outside the data root\n",
                 name);
         free(real);
-        return cellar_fail(err, CELLAR_ENOTFOUND, "no store named '%.200s'", name);
+        return registry_fail_unknown(err, name);
     }
     *out = real;
     return 0;
@@ -454,7 +459,7 @@ static int store_open(registry *r, const char *name, const char *path,
     }
     struct stat st;
     if (stat(path, &st) != 0) {
-        rc = cellar_fail(err, CELLAR_ENOTFOUND, "no store named '%s'", name);
+        rc = registry_fail_unknown(err, name);
         goto done;
     }
     if (s->backend == BACKEND_ZARR) {
@@ -465,7 +470,7 @@ static int store_open(registry *r, const char *name, const char *path,
         rc = zarr_open(path, &s->root, err);
     } else {
         if (!S_ISREG(st.st_mode)) {
-            rc = cellar_fail(err, CELLAR_ENOTFOUND, "no store named '%s'", name);
+            rc = registry_fail_unknown(err, name);
             goto done;
         }
         rc = h5_open(path, &s->root, err);
@@ -617,7 +622,7 @@ static int open_stable(registry *r, const char *name, const char *path,
         file_identity after;
         if (read_identity(path, backend_of(name), &after) != 0) {
             store_free(s);
-            return cellar_fail(err, CELLAR_ENOTFOUND, "no store named '%s'", name);
+            return registry_fail_unknown(err, name);
         }
         if (identity_equal(&before, &after)) {
             if (rc) {
@@ -731,7 +736,7 @@ int registry_get(registry *r, const char *name, store **out, cellar_error *err)
     file_identity id;
     if (read_identity(path, backend_of(name), &id) != 0) {
         free(path);
-        return cellar_fail(err, CELLAR_ENOTFOUND, "no store named '%s'", name);
+        return registry_fail_unknown(err, name);
     }
     store *victims[1];
     size_t n_victims = 0;

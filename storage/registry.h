@@ -55,6 +55,11 @@ void registry_free(registry *r);
  * keeps changing or could not be probed now. */
 int registry_get(registry *r, const char *name, store **out, cellar_error *err);
 
+/* Fills err with the CELLAR_ENOTFOUND of a store named name that is not
+ * there, the one registry_get gives, and returns it: a caller refusing a
+ * store that is there answers the same. */
+int registry_fail_unknown(cellar_error *err, const char *name);
+
 /* Drops a reference taken by registry_get or store_ref. NULL is fine. */
 void store_release(store *s);
 

@@ -275,6 +275,8 @@ int api_stores_list(api_request *req, api_response *res, cellar_error *err)
     doc d = {json_object(), 0, 0, 0};
     json_t *stores = set(&d, d.root, "stores", json_array());
     for (size_t i = 0; i < n; i++) {
+        if (!api_may_read(req, list[i].name))
+            continue;
         json_t *o = json_object();
         set(&d, o, "name", json_str_sanitized(list[i].name));
         set(&d, o, "kind", json_string(store_kind_name(list[i].kind)));
