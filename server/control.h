@@ -1,6 +1,6 @@
 /* The control thread: a libuv loop that owns signals (SIGTERM and SIGINT
  * drain and stop, SIGHUP drops cached store handles and rereads the token
- * files) and timers (idle store
+ * files and the TLS certificate) and timers (idle store
  * eviction). Request threads never see these signals. */
 #ifndef CELLAR_CONTROL_H
 #define CELLAR_CONTROL_H

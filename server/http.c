@@ -29,6 +29,7 @@
 #include "server/auth.h"
 #include "server/cors.h"
 #include "server/router.h"
+#include "server/tls.h"
 #include "server/watchdog.h"
 #include "storage/zarr/zarr.h"
 
@@ -59,6 +60,7 @@ struct http_server {
     auth *store_tokens;   /* --auth-file, or NULL: every store open */
     auth *metrics_tokens; /* --metrics-token-file, or NULL: /metrics open */
     cors_policy *cors;
+    tls_server *tls;      /* --tls-cert, or NULL: plain HTTP */
     FILE *access_log; /* fully buffered; flushed by http_flush_log */
     /* Background work (http_set_background): set once the control loop runs. */
     pthread_mutex_t bg_lock;
@@ -1373,9 +1375,15 @@ static struct MHD_Daemon *start_daemon(http_server *h, struct sockaddr_storage *
                      MHD_USE_ERROR_LOG;
     if (addr->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    struct MHD_OptionItem tls_options[TLS_DAEMON_OPTIONS] = {{MHD_OPTION_END, 0, NULL}};
+    if (h->tls) {
+        flags |= MHD_USE_TLS;
+        tls_daemon_options(h->tls, tls_options);
+    }
     return MHD_start_daemon(
         flags, port, NULL, NULL, on_request, h,
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+        MHD_OPTION_ARRAY, tls_options,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)addr,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
@@ -1425,6 +1433,7 @@ static void stop_daemons(http_server *h)
 static void http_free(http_server *h)
 {
     stop_daemons(h);
+    tls_free(h->tls); /* after the daemons: their connections held it */
     answer_cache_free(h->answers);
     auth_free(h->store_tokens);
     auth_free(h->metrics_tokens);
@@ -1478,10 +1487,29 @@ static void reload_tokens(auth *a, const char *path)
     auth_table_release(t);
 }
 
+/* SIGHUP: a certificate or key that does not load leaves the one in use. */
+static void reload_certificate(tls_server *t)
+{
+    if (!t)
+        return;
+    cellar_error err;
+    cellar_error_clear(&err);
+    char summary[512];
+    if (tls_reload(t, &err)) {
+        tls_describe(t, summary, sizeof summary);
+        fprintf(stderr, "cellar: SIGHUP: kept the TLS certificate in use (%s): %s\n", summary,
+                err.detail);
+        return;
+    }
+    tls_describe(t, summary, sizeof summary);
+    fprintf(stderr, "cellar: SIGHUP: TLS certificate %s\n", summary);
+}
+
 void http_reload_credentials(http_server *h)
 {
     reload_tokens(h->store_tokens, h->cfg->auth_file);
     reload_tokens(h->metrics_tokens, h->cfg->metrics_token_file);
+    reload_certificate(h->tls);
 }
 
 http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
@@ -1515,6 +1543,13 @@ http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
     if (cfg->metrics_token_file &&
         !(h->metrics_tokens = open_tokens(cfg->metrics_token_file, AUTH_FILE_TOKENS, err)))
         goto fail;
+    if (cfg->tls_cert) {
+        if (!(h->tls = tls_open(cfg->tls_cert, cfg->tls_key, err)))
+            goto fail;
+        char summary[512];
+        tls_describe(h->tls, summary, sizeof summary);
+        fprintf(stderr, "cellar: TLS certificate %s\n", summary);
+    }
     if (cfg->access_log && !(h->access_log = open_access_log())) {
         cellar_fail(err, CELLAR_EINTERNAL, "cannot open the access log on stderr");
         goto fail;

@@ -47,8 +47,9 @@ int http_submit_background(void *ctx, void (*fn)(void *), void *arg);
 /* Writes out the buffered access log (the control loop calls it every 0.1 s). */
 void http_flush_log(http_server *h);
 
-/* Reads --auth-file and --metrics-token-file again (SIGHUP); a file that
- * does not parse leaves the tokens in use.  Logs what it did. */
+/* Reads --auth-file, --metrics-token-file and the TLS certificate and key
+ * again (SIGHUP); a file that does not load leaves what it held in use.
+ * Logs what it did. */
 void http_reload_credentials(http_server *h);
 
 /* Drops every kept answer (SIGHUP). */

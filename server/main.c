@@ -95,8 +95,8 @@ int main(int argc, char **argv)
     }
     if (probes)
         probe_cache_set_submit(probes, http_submit_background, http);
-    fprintf(stderr, "cellar %s: serving %s on http://%s:%u with %u threads\n", CELLAR_VERSION,
-            cfg.root, cfg.bind, cfg.port, cfg.threads);
+    fprintf(stderr, "cellar %s: serving %s on %s://%s:%u with %u threads\n", CELLAR_VERSION,
+            cfg.root, cfg.tls_cert ? "https" : "http", cfg.bind, cfg.port, cfg.threads);
     control_config ccfg = {
         .reg = reg,
         .http = http,

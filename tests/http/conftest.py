@@ -162,14 +162,16 @@ class Server:
         pytest.fail(f"cellar did not answer /healthz; log:\n{self.log.read_text(errors='replace')[-4000:]}",
                     pytrace=False)
 
+    def _health(self) -> requests.Response:
+        return requests.get(self.base + "/healthz", timeout=1)
+
     def _wait_ready(self, timeout: float = 15.0) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return False
             try:
-                r = requests.get(self.base + "/healthz", timeout=1)
-                if r.status_code == 200:
+                if self._health().status_code == 200:
                     return True
             except requests.RequestException:
                 pass
@@ -266,8 +268,9 @@ def server_factory(tmp_path_factory):
     started = []
     logdir = tmp_path_factory.mktemp("logs")
 
-    def start(root: Path, *args: str) -> Server:
-        s = Server(root, logdir / f"cellar-{len(started)}.log", args)
+    def start(root: Path, *args: str, make=Server) -> Server:
+        """make(root, log, args) builds the server: Server, or a subclass."""
+        s = make(root, logdir / f"cellar-{len(started)}.log", args)
         started.append(s)
         return s.start()
 

@@ -404,6 +404,7 @@ def test_sighup_reloads_the_token_file(server_factory, tmp_path, tokens):
     for token in (fresh, *tokens.values()):
         assert token not in log
     session.close()
+    assert s.stop() == 0
 
 
 def test_bad_token_files_at_start(tmp_path):
