@@ -1,6 +1,7 @@
 #include "api/request.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +120,23 @@ static int split_commas(arena *a, const char *text, const char ***items, size_t 
     return 0;
 }
 
+/* A JSON integer, or a real without a fraction inside int64: JSON Schema
+ * counts 3.0 as an integer, and so do lists of positions and names. */
+static int json_int64(const json_t *v, int64_t *out)
+{
+    if (json_is_integer(v)) {
+        *out = (int64_t)json_integer_value(v);
+        return 1;
+    }
+    if (!json_is_real(v))
+        return 0;
+    double x = json_real_value(v);
+    if (x != floor(x) || x < -9223372036854775808.0 || x >= 9223372036854775808.0)
+        return 0;
+    *out = (int64_t)x;
+    return 1;
+}
+
 int api_param_list(const api_request *req, const char *name, const char ***items, size_t *n,
                    cellar_error *err)
 {
@@ -139,12 +157,16 @@ int api_param_list(const api_request *req, const char *name, const char ***items
                 return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", name);
             for (size_t i = 0; i < count; i++) {
                 const json_t *item = json_array_get(v, i);
-                if (!json_is_string(item) && !json_is_integer(item))
+                int64_t k;
+                if (json_is_string(item))
+                    list[i] = scalar_text(req->arena, item);
+                else if (json_int64(item, &k))
+                    list[i] = arena_printf(req->arena, "%" PRId64, k);
+                else
                     return cellar_fail(err, CELLAR_EINVAL,
                                        "parameter '%s': item %zu must be a string or an "
                                        "integer",
                                        name, i);
-                list[i] = scalar_text(req->arena, item);
                 if (!list[i])
                     return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", name);
             }
@@ -183,11 +205,9 @@ int api_param_selection(const api_request *req, const char *name, selection *out
             if (!items)
                 return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", name);
             for (size_t i = 0; i < count; i++) {
-                const json_t *item = json_array_get(v, i);
-                if (!json_is_integer(item))
+                if (!json_int64(json_array_get(v, i), &items[i]))
                     return cellar_fail(err, CELLAR_EINVAL,
                                        "parameter '%s': item %zu must be an integer", name, i);
-                items[i] = (int64_t)json_integer_value(item);
             }
             rc = selection_from_list(items, count, req->arena, out, err);
             if (!rc)
@@ -207,6 +227,14 @@ int api_param_selection(const api_request *req, const char *name, selection *out
     if (!rc)
         *present = 1;
     return rc;
+}
+
+int api_param_given(const api_request *req, const char *name)
+{
+    for (size_t i = 0; i < req->n_query; i++)
+        if (strcmp(req->query[i].key, name) == 0)
+            return 1;
+    return body_get(req, name) != NULL;
 }
 
 static int name_allowed(const char *key, const char *const *allowed)
@@ -233,9 +261,16 @@ static int fail_unknown(const char *key, const char *const *allowed, cellar_erro
 
 int api_check_params(const api_request *req, const char *const *allowed, cellar_error *err)
 {
-    for (size_t i = 0; i < req->n_query; i++)
-        if (!name_allowed(req->query[i].key, allowed))
-            return fail_unknown(req->query[i].key, allowed, err);
+    for (size_t i = 0; i < req->n_query; i++) {
+        const api_param *q = &req->query[i];
+        if (strcmp(q->key, API_MALFORMED_PARAM) == 0)
+            return cellar_fail(err, CELLAR_EINVAL,
+                               "the query parameter '%s' has a malformed %%-escape or a NUL byte "
+                               "in its name or value",
+                               q->value);
+        if (!name_allowed(q->key, allowed))
+            return fail_unknown(q->key, allowed, err);
+    }
     if (req->body) {
         if (!json_is_object(req->body))
             return cellar_fail(err, CELLAR_EINVAL, "the request body must be a JSON object");

@@ -21,6 +21,10 @@ typedef struct api_param {
     const char *key, *value;  /* percent-decoded */
 } api_param;
 
+/* The key the server gives a query parameter it could not decode (a
+ * malformed %-escape, or a NUL); its value is then the raw name. */
+#define API_MALFORMED_PARAM "\x01invalid"
+
 typedef struct api_config {
     uint64_t max_response_bytes;
     const char *cors_origin;
@@ -144,6 +148,9 @@ int api_param_list(const api_request *req, const char *name, const char ***items
  * is selection_all() when absent. */
 int api_param_selection(const api_request *req, const char *name, selection *out,
                         int *present, cellar_error *err);
+
+/* Whether parameter `name` is in the query or (not null) in the body. */
+int api_param_given(const api_request *req, const char *name);
 
 /* Rejects parameters not in `allowed` (NULL-terminated) with CELLAR_EINVAL,
  * so a typo is not silently ignored.  "format" is always allowed. */

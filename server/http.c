@@ -144,7 +144,7 @@ static enum MHD_Result collect_query_arg(void *cls, enum MHD_ValueKind kind, con
     char *v = router_decode(ctx->arena, value ? value : "", value ? strlen(value) : 0, 1, &vlen);
     if (!k || !v || klen != strlen(k) || vlen != strlen(v)) {
         /* A malformed escape or a NUL: remember as an invalid parameter. */
-        k = arena_strdup(ctx->arena, "\x01invalid");
+        k = arena_strdup(ctx->arena, API_MALFORMED_PARAM);
         v = arena_strdup(ctx->arena, key);
     }
     api_param *grown = arena_calloc(ctx->arena, req->n_query + 1, sizeof *grown);
@@ -356,10 +356,18 @@ typedef struct cached_use {
 static enum MHD_Result send_not_modified(request_ctx *ctx, struct MHD_Connection *conn,
                                         uint64_t length);
 
+static int precondition_failed(request_ctx *ctx, struct MHD_Connection *conn, cellar_error *err);
+static enum MHD_Result send_problem(request_ctx *ctx, struct MHD_Connection *conn,
+                                    const cellar_error *err, const char *allow);
+
 static int queue_cached_answer(void *value, void *arg)
 {
     cached_answer *a = value;
     cached_use *u = arg;
+    cellar_error err;
+    cellar_error_clear(&err);
+    if (precondition_failed(u->ctx, u->conn, &err))
+        return send_problem(u->ctx, u->conn, &err, NULL) == MHD_YES;
     if (u->ctx->not_modified)
         return send_not_modified(u->ctx, u->conn, a->body_bytes) == MHD_YES;
     u->ctx->status = 200;
@@ -1117,8 +1125,6 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
             cellar_fail(&err, CELLAR_ENOMEM, "out of memory");
             return send_problem(ctx, conn, &err, NULL);
         }
-        if (method != METHOD_POST && precondition_failed(ctx, conn, &err))
-            return send_problem(ctx, conn, &err, NULL);
         /* If-None-Match wins over If-Modified-Since (RFC 9110 13.1.3). */
         const char *inm = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-None-Match");
         const char *ims =
@@ -1150,6 +1156,14 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
     if (ctx->res.body.failed) {
         buf_destroy(&ctx->res.body);
         cellar_fail(&err, CELLAR_ENOMEM, "out of memory building the answer");
+        return send_problem(ctx, conn, &err, NULL);
+    }
+    /* Preconditions count only for an answer that would be a 2xx (RFC 9110
+     * 13.2.1): a missing element or a bad parameter keeps its own status. */
+    int status = ctx->res.status ? ctx->res.status : 200;
+    if (ctx->route.needs_store && ctx->route.id != ROUTE_ZARR_RAW && method != METHOD_POST &&
+        status >= 200 && status < 300 && precondition_failed(ctx, conn, &err)) {
+        discard_response(&ctx->res);
         return send_problem(ctx, conn, &err, NULL);
     }
     if (ctx->res.fd >= 0 || ctx->res.status == 304)

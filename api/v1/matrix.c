@@ -117,6 +117,26 @@ static int element_node(node *ad, const char *el, const char *key, node **out,
     return 0;
 }
 
+/* obsm/varm hold arrays or data frames: the parameters of one kind asked
+ * of the other are 406 (the answer is not possible for this element). */
+static const char *const array_only[] = {"cols", "layout", "dtype", NULL};
+static const char *const frame_only[] = {"columns", "categorical", NULL};
+
+/* The first of names given in the request, or NULL. */
+static const char *given_of(const api_request *req, const char *const *names)
+{
+    for (size_t i = 0; names[i]; i++)
+        if (api_param_given(req, names[i]))
+            return names[i];
+    return NULL;
+}
+
+static int is_aligned_key(const api_request *req)
+{
+    const char *el = req->element;
+    return el && req->key && (strcmp(el, "obsm") == 0 || strcmp(el, "varm") == 0);
+}
+
 /* A data frame in obsm/varm: answered by the data frame code, exactly as
  * {ad}/obs is (parameters, shapes, bounds).  *served says whether it was;
  * when the element is not a data frame (or cannot be found) the matrix
@@ -125,7 +145,7 @@ static int serve_dataframe(api_request *req, api_response *res, int *served, cel
 {
     *served = 0;
     const char *el = req->element;
-    if (!el || !req->key || (strcmp(el, "obsm") != 0 && strcmp(el, "varm") != 0))
+    if (!is_aligned_key(req))
         return 0;
     cellar_error probe;
     cellar_error_clear(&probe);
@@ -142,6 +162,11 @@ static int serve_dataframe(api_request *req, api_response *res, int *served, cel
     if (!what)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
     *served = 1;
+    const char *other = given_of(req, array_only);
+    if (other)
+        return cellar_fail(err, CELLAR_ENOTACCEPT,
+                           "%s is a data frame: %s is for arrays (columns= selects its columns "
+                           "by name)", what, other);
     return api_frame_group(req, res, n, what,
                            strcmp(el, "obsm") == 0 ? "obs_names" : "var_names", err);
 }
@@ -319,7 +344,7 @@ static int parse_options(api_request *req, matrix_req *mr, cellar_error *err)
         return cellar_fail(err, CELLAR_EINVAL, "layout must be 'dense' or 'csr', not '%s'",
                            layout);
     if (!sparse)
-        return cellar_fail(err, CELLAR_EINVAL, "%s is stored dense: layout=csr is for sparse "
+        return cellar_fail(err, CELLAR_ENOTACCEPT, "%s is stored dense: layout=csr is for sparse "
                            "matrices", mr->what);
     if (mr->fmt != FORMAT_JSON && mr->fmt != FORMAT_BIN)
         return cellar_fail(err, CELLAR_ENOTACCEPT,
@@ -847,17 +872,25 @@ int api_matrix(api_request *req, api_response *res, cellar_error *err)
 {
     static const char *const allowed[] = {"rows",   "cols",  "obs_names", "var_names",
                                           "layout", "dtype", NULL};
+    static const char *const allowed_aligned[] = {"rows",   "cols",  "obs_names", "var_names",
+                                                  "layout", "dtype", "columns",   "categorical",
+                                                  NULL};
     int served;
     int rc = serve_dataframe(req, res, &served, err);
     if (served)
         return rc;
     matrix_req mr;
     memset(&mr, 0, sizeof mr);
-    rc = api_check_params(req, allowed, err);
+    int aligned = is_aligned_key(req);
+    rc = api_check_params(req, aligned ? allowed_aligned : allowed, err);
     if (!rc)
         rc = negotiate(req, &mr, err);
     if (!rc)
         rc = open_element(req, &mr, err);
+    if (!rc && aligned && given_of(req, frame_only))
+        rc = cellar_fail(err, CELLAR_ENOTACCEPT,
+                         "%s is an array: %s is for data frames (cols= selects its columns by "
+                         "position)", mr.what, given_of(req, frame_only));
     if (!rc)
         rc = parse_options(req, &mr, err);
     if (!rc)

@@ -182,6 +182,15 @@ static int parse_f64_param(const api_request *req, const char *name, double *out
     return 0;
 }
 
+/* Characters in a UTF-8 text: the bytes that are not continuation bytes. */
+static size_t char_count(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
 static int32_t find_node(const tree_req *tr, const char *id, cellar_error *err)
 {
     int32_t v = tree_index_find(tr->t, id, strlen(id));
@@ -577,9 +586,9 @@ static int write_newick(api_request *req, api_response *res, tree_req *tr, int32
     if (length && !*length) {
         fn = NULL;
     } else if (length && strcmp(length, "length") != 0) {
-        if (strlen(length) > 256)
+        if (char_count(length) > 256)
             return cellar_fail(err, CELLAR_EINVAL, "length names an attribute of at most 256 "
-                               "bytes");
+                               "characters");
         fn = attr_length;
         ctx = (void *)length;
     }
@@ -953,12 +962,14 @@ int api_tree_viewport(api_request *req, api_response *res, cellar_error *err)
         (rc = parse_f64_param(req, "y0", &box.y0, &p2, err)) ||
         (rc = parse_f64_param(req, "y1", &box.y1, &p3, err)))
         return rc;
-    if (box.x0 > box.x1 || box.y0 > box.y1)
+    if ((p0 && p1 && box.x0 > box.x1) || (p2 && p3 && box.y0 > box.y1))
         return cellar_fail(err, CELLAR_EINVAL, "the box is empty: x0 <= x1 and y0 <= y1 needed");
     tree_view_entry *entries = NULL;
     int32_t k = 0;
     int truncated = 0;
-    if (tree_index_node_count(t) > 0 &&
+    /* One bound past the tree's extent (the other's default) leaves a box
+     * that holds nothing, like a view panned off the tree: no nodes. */
+    if (tree_index_node_count(t) > 0 && box.x0 <= box.x1 && box.y0 <= box.y1 &&
         (rc = tree_index_viewport(t, &box, req->arena, &entries, &k, &truncated, err)))
         return rc;
     int32_t *nodes = arena_calloc(req->arena, (size_t)(k ? k : 1), sizeof *nodes);

@@ -259,9 +259,23 @@ static int not_modified(const api_request *req, const validators *v)
     return ims && http_date_parse(ims, &since) == 0 && v->mtime.tv_sec <= since;
 }
 
+/* The precondition that fails (RFC 9110 13.2.2: If-Match with strong
+ * comparison, else If-Unmodified-Since), or NULL. */
+static const char *precondition_fails(const api_request *req, const validators *v)
+{
+    const char *im = api_request_header(req, "If-Match");
+    if (im)
+        return etag_list_holds(im, v->etag, 1) ? NULL : "If-Match";
+    const char *ius = api_request_header(req, "If-Unmodified-Since");
+    time_t since;
+    if (ius && http_date_parse(ius, &since) == 0 && v->mtime.tv_sec > since)
+        return "If-Unmodified-Since";
+    return NULL;
+}
+
 /* Decides status and the byte span [*first, *first + *len) of a body of
- * `size` bytes: 304, 206, 416 (with its problem body) or 200.  Adds the
- * headers. */
+ * `size` bytes: 412 or 416 (with a problem body), 304, 206 or 200.  Adds
+ * the headers. */
 static int answer_span(api_request *req, api_response *res, const validators *v,
                        uint64_t size, uint64_t *first, uint64_t *len, byte_parts *pt,
                        cellar_error *err)
@@ -272,6 +286,17 @@ static int answer_span(api_request *req, api_response *res, const validators *v,
     *first = 0;
     *len = size;
     pt->n = 0;
+    const char *failed = precondition_fails(req, v);
+    if (failed) {
+        cellar_error e;
+        cellar_error_clear(&e);
+        cellar_fail(&e, CELLAR_EPRECONDITION, "%s: key '%.300s' is now %s", failed, req->key,
+                    v->etag);
+        res->status = problem_render(&e, req->path, &res->body);
+        res->content_type = PROBLEM_CONTENT_TYPE;
+        *len = 0;
+        return 0;
+    }
     if (not_modified(req, v)) {
         res->status = 304;
         res->fd_length = size; /* the 304 states the 200's length */

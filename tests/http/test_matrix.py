@@ -470,15 +470,18 @@ def test_errors(msrv, mroot):
     assert_problem(msrv.get(x, rows="abc"), 400, detail_contains="rows")
     assert_problem(msrv.get(x, rows="0:2", obs_names="cell000"), 400)
     assert_problem(msrv.get(x, layout="diagonal"), 400)
-    assert_problem(msrv.get(x, layout="csr"), 400)
+    # layout=csr of a dense matrix is not possible for this element, as
+    # format=npz is not: 406 (the OpenAPI description's data-dependent status)
+    assert_problem(msrv.get(x, layout="csr"), 406, detail_contains="stored dense")
     assert_problem(msrv.get(x, dtype="tiny"), 400)
     assert_problem(msrv.get(x, colums="1"), 400)
     assert_problem(msrv.get(x, rows="40"), 416)
     assert_problem(msrv.get(x, cols="0,12"), 416)
     assert_problem(msrv.get(x, obs_names="nope"), 404)
     assert_problem(msrv.get(store_path(name, "layers", "nope")), 404)
-    # A data frame in obsm is a data frame route: matrix parameters are 400.
-    assert_problem(msrv.get(store_path(name, "obsm", "frame"), cols="0"), 400,
+    # A data frame in obsm is a data frame route: matrix parameters are not
+    # possible for it (406, as the OpenAPI description says).
+    assert_problem(msrv.get(store_path(name, "obsm", "frame"), cols="0"), 406,
                    detail_contains="cols")
     assert_problem(msrv.get(store_path(sname, "X"), layout="csr", format="npy"), 406)
     assert_problem(msrv.get(store_path(name, "obsm", "X_umap"), rows="0:2", var_names="G1"),
@@ -785,7 +788,12 @@ def test_frame_in_m_errors(msrv, mroot):
     genes = store_path(name, "varm", "genes")
     assert_problem(msrv.get(cells, var_names="G1"), 400, detail_contains="var_names")
     assert_problem(msrv.get(genes, obs_names="cell000"), 400, detail_contains="obs_names")
-    assert_problem(msrv.get(cells, layout="csr"), 400)
+    # array parameters of a data frame, and frame parameters of an array: 406
+    assert_problem(msrv.get(cells, layout="csr"), 406, detail_contains="data frame")
+    assert_problem(msrv.get(cells, cols="0:2"), 406, detail_contains="cols")
+    assert_problem(msrv.get(store_path(name, "obsm", "X_pca"), columns="a"), 406,
+                   detail_contains="is an array")
+    assert_problem(msrv.get(store_path(name, "obsm", "nope"), columns="a"), 404)
     assert_problem(msrv.get(cells, rows="0:2", obs_names="cell000"), 400)
     assert_problem(msrv.get(cells, categorical="both"), 400)
     assert_problem(msrv.get(cells, columns="nope"), 404, detail_contains="obsm/cells")
@@ -798,7 +806,8 @@ def test_frame_in_m_errors(msrv, mroot):
                    detail_contains="categorical=codes")
     assert_problem(msrv.get(cells, format="newick"), 406)
     # The matrices next to them are still matrices.
-    assert_problem(msrv.get(store_path(name, "obsm", "X_umap"), columns="a"), 400)
+    assert_problem(msrv.get(store_path(name, "obsm", "X_umap"), columns="a"), 406,
+                   detail_contains="is an array")
     assert_problem(msrv.get(store_path(name, "obsm", "nope")), 404)
 
 
