@@ -80,6 +80,8 @@ void config_usage(FILE *out)
         fprintf(out, "  %-22s %-28s %s\n", options[i].flag, options[i].env, options[i].help);
     fprintf(out, "  %-22s %-28s %s\n", "--help", "", "this text");
     fprintf(out, "  %-22s %-28s %s\n", "--version", "", "print the version");
+    fprintf(out, "\n  cellar --healthcheck [URL | --port N] [--timeout S]\n"
+                 "      GETs /healthz of a running cellar (127.0.0.1, CELLAR_PORT): exit 0 on 200, else 1\n");
 }
 
 /* Longest duration a seconds flag takes (about 31 years). */

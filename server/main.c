@@ -6,6 +6,7 @@
 
 #include "server/config.h"
 #include "server/control.h"
+#include "server/healthcheck.h"
 #include "server/http.h"
 #include "server/metrics.h"
 #include "server/probe.h"
@@ -37,6 +38,8 @@ int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--probe") == 0)
         probe_child_main(argv[2]); /* does not return */
+    if (argc >= 2 && strcmp(argv[1], "--healthcheck") == 0)
+        return healthcheck_main(argc - 2, argv + 2);
     server_config cfg;
     int parsed = config_parse(&cfg, argc, argv);
     if (parsed != 0)
