@@ -59,7 +59,7 @@ VENV    := .venv
 endif
 PORT    ?= 8080
 
-.PHONY: all deps run test check unit pytest venv clean fuzz-replay fuzz bench layout-check test-corpus fresh-check
+.PHONY: all deps run test check unit pytest venv clean fuzz-replay fuzz bench layout-check test-corpus fresh-check image-check
 all: $(BUILD)/cellar
 
 # Installs the Debian packages that are missing (needs root, as on CI).
@@ -218,6 +218,14 @@ bench: deps $(BUILD)/cellar
 # root; about 15 minutes; never part of make test.
 fresh-check:
 	sh tests/fresh_check.sh
+
+# docker/Dockerfile built with podman (vfs storage, chroot isolation) on a
+# debian:bookworm-slim made by mmdebstrap, checked under 100 MB, and run
+# from its exported filesystem in a chroot as the image's user, read-only,
+# on examples/ (docker/image_check.sh).  Needs root; about 8 minutes;
+# never part of make test.
+image-check:
+	bash docker/image_check.sh
 
 clean:
 	rm -rf build build-san build-fuzz
