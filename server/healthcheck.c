@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <gnutls/gnutls.h>
+
 #define DEFAULT_TIMEOUT_SECONDS 3.0
 #define MAX_TIMEOUT_SECONDS 3600.0
 /* The status line is all we read; a longer first line is not HTTP. */
@@ -53,14 +55,14 @@ static int parse_port(char *dst, size_t dst_size, const char *src, size_t len)
     return copy_field(dst, dst_size, src, len);
 }
 
-/* http://HOST[:PORT][/PATH]: HOST a name, an IPv4 address or [an IPv6
- * address]; PORT 80 and PATH /healthz when left out. */
+/* http[s]://HOST[:PORT][/PATH]: HOST a name, an IPv4 address or [an IPv6
+ * address]; PORT 80 (443) and PATH /healthz when left out. */
 static int parse_url(healthcheck_target *t, const char *url)
 {
-    static const char scheme[] = "http://";
-    if (strncmp(url, scheme, sizeof scheme - 1) != 0)
+    t->tls = !strncmp(url, "https://", 8);
+    if (!t->tls && strncmp(url, "http://", 7) != 0)
         return -1;
-    const char *host = url + sizeof scheme - 1;
+    const char *host = url + (t->tls ? 8 : 7);
     const char *host_end;
     const char *after;
     if (*host == '[') {
@@ -84,7 +86,7 @@ static int parse_url(healthcheck_target *t, const char *url)
     } else if (after != path) {
         return -1;
     } else {
-        strcpy(t->port, "80");
+        strcpy(t->port, t->tls ? "443" : "80");
     }
     if (!*path)
         path = "/healthz";
@@ -108,6 +110,8 @@ static int target_from_env(healthcheck_target *t)
     if (parse_port(t->port, sizeof t->port, port, strlen(port)) != 0)
         return -1;
     strcpy(t->path, "/healthz");
+    const char *cert = getenv("CELLAR_TLS_CERT");
+    t->tls = cert && *cert;
     return 0;
 }
 
@@ -134,9 +138,9 @@ int healthcheck_parse(healthcheck_target *t, int argc, char **argv, char *why, s
             if (end == value || *end || !(s > 0 && s <= MAX_TIMEOUT_SECONDS))
                 return fail(why, why_size, "bad timeout '%s'", value);
             t->timeout_seconds = s;
-        } else if (!strncmp(arg, "http://", 7)) {
+        } else if (!strncmp(arg, "http://", 7) || !strncmp(arg, "https://", 8)) {
             if (parse_url(t, arg) != 0)
-                return fail(why, why_size, "bad URL '%s' (http://HOST[:PORT][/PATH])", arg);
+                return fail(why, why_size, "bad URL '%s' (http[s]://HOST[:PORT][/PATH])", arg);
         } else {
             return fail(why, why_size, "unknown argument '%s' (URL, --port N, --timeout S)", arg);
         }
@@ -206,16 +210,77 @@ static int connect_any(const healthcheck_target *t, double deadline, char *why, 
     return fd;
 }
 
-static int send_all(int fd, const char *data, size_t len, double deadline, char *why,
+/* A connection: the socket, and a TLS session over it for https. */
+typedef struct channel {
+    int fd;
+    gnutls_session_t tls;
+    gnutls_certificate_credentials_t creds;
+} channel;
+
+/* Waits for what a TLS call that returned GNUTLS_E_AGAIN needs. */
+static int wait_tls(const channel *ch, double deadline)
+{
+    return wait_ready(ch->fd, gnutls_record_get_direction(ch->tls) ? POLLOUT : POLLIN, deadline);
+}
+
+/* The certificate is not checked: the check asks whether the server on
+ * this machine answers, whatever name its certificate gives. */
+static int tls_start(channel *ch, const healthcheck_target *t, double deadline, char *why,
+                     size_t why_size)
+{
+    int rc = gnutls_certificate_allocate_credentials(&ch->creds);
+    if (rc >= 0)
+        rc = gnutls_init(&ch->tls, GNUTLS_CLIENT | GNUTLS_NONBLOCK);
+    if (rc >= 0)
+        rc = gnutls_set_default_priority(ch->tls);
+    if (rc >= 0)
+        rc = gnutls_credentials_set(ch->tls, GNUTLS_CRD_CERTIFICATE, ch->creds);
+    if (rc < 0)
+        return fail(why, why_size, "TLS: %s", gnutls_strerror(rc));
+    if (!strchr(t->host, ':') && strspn(t->host, "0123456789.") != strlen(t->host))
+        gnutls_server_name_set(ch->tls, GNUTLS_NAME_DNS, t->host, strlen(t->host));
+    gnutls_transport_set_int(ch->tls, ch->fd);
+    while ((rc = gnutls_handshake(ch->tls)) < 0) {
+        if (rc != GNUTLS_E_AGAIN && rc != GNUTLS_E_INTERRUPTED)
+            return fail(why, why_size, "TLS handshake: %s", gnutls_strerror(rc));
+        if (wait_tls(ch, deadline) <= 0)
+            return fail(why, why_size, "TLS handshake: no answer within %g s", t->timeout_seconds);
+    }
+    return 0;
+}
+
+static void channel_close(channel *ch)
+{
+    if (ch->tls)
+        gnutls_deinit(ch->tls);
+    if (ch->creds)
+        gnutls_certificate_free_credentials(ch->creds);
+    if (ch->fd >= 0)
+        close(ch->fd);
+}
+
+static int send_all(const channel *ch, const char *data, size_t len, double deadline, char *why,
                     size_t why_size)
 {
     while (len > 0) {
-        int ready = wait_ready(fd, POLLOUT, deadline);
+        int ready = ch->tls ? 1 : wait_ready(ch->fd, POLLOUT, deadline);
         if (ready <= 0)
             return fail(why, why_size, "send: %s", ready == 0 ? "timed out" : strerror(errno));
-        ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
-        if (n < 0 && errno != EAGAIN && errno != EINTR)
-            return fail(why, why_size, "send: %s", strerror(errno));
+        ssize_t n;
+        if (ch->tls) {
+            n = gnutls_record_send(ch->tls, data, len);
+            if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED) {
+                if (wait_tls(ch, deadline) <= 0)
+                    return fail(why, why_size, "send: timed out");
+                continue;
+            }
+            if (n < 0)
+                return fail(why, why_size, "send: %s", gnutls_strerror((int)n));
+        } else {
+            n = send(ch->fd, data, len, MSG_NOSIGNAL);
+            if (n < 0 && errno != EAGAIN && errno != EINTR)
+                return fail(why, why_size, "send: %s", strerror(errno));
+        }
         if (n > 0) {
             data += n;
             len -= (size_t)n;
@@ -224,23 +289,41 @@ static int send_all(int fd, const char *data, size_t len, double deadline, char 
     return 0;
 }
 
+/* One read of at most size bytes: the count, 0 at the end, -1 when it
+ * failed or the deadline passed. */
+static ssize_t receive(const channel *ch, char *buf, size_t size, double deadline)
+{
+    for (;;) {
+        if (!ch->tls && wait_ready(ch->fd, POLLIN, deadline) <= 0)
+            return -1;
+        ssize_t n = ch->tls ? gnutls_record_recv(ch->tls, buf, size) : recv(ch->fd, buf, size, 0);
+        if (n >= 0)
+            return n;
+        if (ch->tls) {
+            if (n == GNUTLS_E_PREMATURE_TERMINATION)
+                return 0;
+            if (n != GNUTLS_E_AGAIN && n != GNUTLS_E_INTERRUPTED)
+                return -1;
+            if (!gnutls_record_check_pending(ch->tls) && wait_tls(ch, deadline) <= 0)
+                return -1;
+        } else if (errno != EAGAIN && errno != EINTR) {
+            return -1;
+        }
+    }
+}
+
 /* Reads until the status line is complete (or the peer closes).  Returns
  * the bytes read, or -1 on a timeout or a failed read. */
-static ssize_t read_status_line(int fd, char *line, size_t size, double deadline)
+static ssize_t read_status_line(const channel *ch, char *line, size_t size, double deadline)
 {
     size_t got = 0;
     line[0] = '\0';
     while (got + 1 < size && !strstr(line, "\r\n")) {
-        if (wait_ready(fd, POLLIN, deadline) <= 0)
+        ssize_t n = receive(ch, line + got, size - 1 - got, deadline);
+        if (n < 0)
             return -1;
-        ssize_t n = recv(fd, line + got, size - 1 - got, 0);
         if (n == 0)
             break;
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EINTR)
-                continue;
-            return -1;
-        }
         got += (size_t)n;
         line[got] = '\0';
     }
@@ -271,20 +354,22 @@ static void format_authority(const healthcheck_target *t, char *out, size_t size
 int healthcheck_get(const healthcheck_target *t, char *why, size_t why_size)
 {
     double deadline = now_seconds() + t->timeout_seconds;
-    int fd = connect_any(t, deadline, why, why_size);
-    if (fd < 0)
+    channel ch = {.fd = connect_any(t, deadline, why, why_size)};
+    if (ch.fd < 0)
         return -1;
     int status = -1;
+    if (t->tls && tls_start(&ch, t, deadline, why, why_size) != 0)
+        goto done;
     char authority[sizeof t->host + sizeof t->port + 3];
     format_authority(t, authority, sizeof authority);
     char request[sizeof t->path + sizeof authority + 64];
     int len = snprintf(request, sizeof request,
                        "GET %s HTTP/1.0\r\nHost: %s\r\nUser-Agent: cellar-healthcheck\r\n\r\n",
                        t->path, authority);
-    if (send_all(fd, request, (size_t)len, deadline, why, why_size) != 0)
+    if (send_all(&ch, request, (size_t)len, deadline, why, why_size) != 0)
         goto done;
     char line[STATUS_LINE_MAX];
-    ssize_t got = read_status_line(fd, line, sizeof line, deadline);
+    ssize_t got = read_status_line(&ch, line, sizeof line, deadline);
     if (got < 0)
         fail(why, why_size, "no answer within %g s", t->timeout_seconds);
     else if (got == 0)
@@ -292,7 +377,7 @@ int healthcheck_get(const healthcheck_target *t, char *why, size_t why_size)
     else if ((status = parse_status(line)) < 0)
         fail(why, why_size, "not an HTTP answer");
 done:
-    close(fd);
+    channel_close(&ch);
     return status;
 }
 
@@ -311,6 +396,7 @@ int healthcheck_main(int argc, char **argv)
         snprintf(why, sizeof why, "answered %d", status);
     char authority[sizeof t.host + sizeof t.port + 3];
     format_authority(&t, authority, sizeof authority);
-    fprintf(stderr, "cellar --healthcheck: http://%s%s: %s\n", authority, t.path, why);
+    fprintf(stderr, "cellar --healthcheck: %s://%s%s: %s\n", t.tls ? "https" : "http", authority,
+            t.path, why);
     return 1;
 }

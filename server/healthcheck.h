@@ -4,11 +4,14 @@
  *
  *   cellar --healthcheck                 GET http://127.0.0.1:$CELLAR_PORT/healthz
  *   cellar --healthcheck --port N        GET http://127.0.0.1:N/healthz
- *   cellar --healthcheck URL             GET URL (http://HOST[:PORT][/PATH])
+ *   cellar --healthcheck URL             GET URL (http[s]://HOST[:PORT][/PATH])
  *   ... --timeout S                      give up after S seconds (default 3)
  *
  * Without a URL the host is CELLAR_BIND when that names one address (not
- * 0.0.0.0 or ::), else 127.0.0.1, and the port is CELLAR_PORT (default 8080). */
+ * 0.0.0.0 or ::), else 127.0.0.1, the port is CELLAR_PORT (default 8080),
+ * and the scheme https when CELLAR_TLS_CERT is set (the server's own
+ * environment).  Over https the certificate is not checked: the question
+ * is whether this machine's server answers. */
 #ifndef CELLAR_HEALTHCHECK_H
 #define CELLAR_HEALTHCHECK_H
 
@@ -20,6 +23,7 @@ typedef struct healthcheck_target {
     char port[8];       /* decimal */
     char path[1024];    /* starts with '/' */
     double timeout_seconds;
+    int tls;            /* https */
 } healthcheck_target;
 
 /* Fills t from the arguments after `--healthcheck` (argv[0] is the first

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import subprocess
 import threading
+import time
 
 import pytest
 
-from conftest import cellar_bin
+from conftest import cellar_bin, free_port
 
 
 def healthcheck(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -26,8 +28,9 @@ class StandIn:
     """A one-thread TCP server on 127.0.0.1 that reads a request head and
     answers `reply` (or nothing, holding the connection, when reply is None)."""
 
-    def __init__(self, reply: bytes | None):
+    def __init__(self, reply: bytes | None, tls: ssl.SSLContext | None = None):
         self.reply = reply
+        self.tls = tls
         self.requests: list[bytes] = []
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind(("127.0.0.1", 0))
@@ -47,6 +50,12 @@ class StandIn:
                 continue
             conn.settimeout(5)
             head = b""
+            if self.tls:
+                try:
+                    conn = self.tls.wrap_socket(conn, server_side=True)
+                except OSError:  # a client that does not speak TLS
+                    conn.close()
+                    continue
             try:
                 while b"\r\n\r\n" not in head:
                     chunk = conn.recv(4096)
@@ -74,14 +83,33 @@ class StandIn:
 def stand_in():
     made = []
 
-    def make(reply: bytes | None) -> StandIn:
-        s = StandIn(reply)
+    def make(reply: bytes | None, tls: ssl.SSLContext | None = None) -> StandIn:
+        s = StandIn(reply, tls)
         made.append(s)
         return s
 
     yield make
     for s in made:
         s.close()
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory) -> tuple[str, str]:
+    """A self-signed certificate for localhost (openssl, as the README's)."""
+    d = tmp_path_factory.mktemp("healthcheck-tls")
+    cert, key = d / "cert.pem", d / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-nodes", "-days", "2", "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=30)
+    return str(cert), str(key)
+
+
+@pytest.fixture
+def tls_context(certificate) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(*certificate)
+    return ctx
 
 
 @pytest.fixture
@@ -153,10 +181,57 @@ def test_not_http_is_unhealthy(stand_in, reply):
 
 
 @pytest.mark.parametrize("args", [["bogus"], ["--port"], ["--port", "0"], ["--port", "65536"],
-                                  ["https://127.0.0.1:8080/healthz"], ["http://127.0.0.1:x/"],
+                                  ["ftp://127.0.0.1:8080/healthz"], ["http://127.0.0.1:x/"],
                                   ["--timeout", "-1"], ["http://[::1/healthz"]])
 def test_bad_arguments(args):
     r = healthcheck(*args)
     assert r.returncode == 1
     assert r.stderr.startswith("cellar --healthcheck: ")
     assert r.stderr.count("\n") == 1
+
+
+# ------------------------------------------------------------ https
+def test_https_stand_in(stand_in, tls_context):
+    """Over https the answer counts as over http; the certificate (self
+    signed, here) is not checked."""
+    ok = stand_in(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", tls_context)
+    r = healthcheck(f"https://localhost:{ok.port}/healthz")
+    assert r.returncode == 0, r.stderr
+    assert ok.requests[0].startswith(b"GET /healthz HTTP/1.0\r\n")
+    busy = stand_in(b"HTTP/1.1 503 Service Unavailable\r\n\r\n", tls_context)
+    r = healthcheck(f"https://127.0.0.1:{busy.port}/readyz")
+    assert r.returncode == 1 and "answered 503" in r.stderr
+
+
+def test_https_to_plain_and_plain_to_https_fail(stand_in, tls_context, empty_server):
+    r = healthcheck(f"https://127.0.0.1:{empty_server.port}/healthz", "--timeout", "2")
+    assert r.returncode == 1 and "TLS handshake" in r.stderr
+    tls = stand_in(b"HTTP/1.1 200 OK\r\n\r\n", tls_context)
+    r = healthcheck(f"http://127.0.0.1:{tls.port}/healthz", "--timeout", "2")
+    assert r.returncode == 1
+
+
+def test_https_to_cellar_from_its_environment(certificate, tmp_path):
+    """A cellar serving TLS: with the server's own environment
+    (CELLAR_PORT, CELLAR_TLS_CERT) and no arguments it asks over https."""
+    cert, key = certificate
+    port = str(free_port())
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CELLAR_")}
+    env = {"CELLAR_PORT": port, "CELLAR_TLS_CERT": cert, "CELLAR_TLS_KEY": key}
+    with open(tmp_path / "cellar.log", "wb") as log:
+        proc = subprocess.Popen([str(cellar_bin()), "--root", str(tmp_path), "--bind", "127.0.0.1"],
+                                env={**base, **env}, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 15
+        while (r := healthcheck(env=env)).returncode != 0:
+            assert proc.poll() is None, (tmp_path / "cellar.log").read_text()
+            assert time.monotonic() < deadline, r.stderr
+            time.sleep(0.1)
+        assert r.stderr == ""
+        # the same server asked over plain HTTP: no answer
+        plain = healthcheck("--port", port, "--timeout", "2")
+        assert plain.returncode == 1
+        assert f"http://127.0.0.1:{port}/healthz" in plain.stderr
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
