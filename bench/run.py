@@ -23,7 +23,7 @@ Environment:
   BENCH_REFS          references to run (default mhd,nginx,h5grove)
   BENCH_ONLY          comma list of scenario ids to run (summary, modlist,
                       obs_json, ..., mixed) and/or sections (trees, matrices,
-                      probe, replicas);
+                      probe, replicas, deploy);
                       default all.  A run of sections only rewrites their
                       blocks of BENCHMARKS.md and keeps the rest of the file.
 
@@ -38,6 +38,7 @@ import shlex
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -116,12 +117,15 @@ def free_port():
 
 
 def wait_http(url, proc, seconds=30.0):
+    # An https server of the run has a certificate made for the run: the
+    # question is only whether it answers.
+    context = ssl._create_unverified_context() if url.startswith("https:") else None
     deadline = time.time() + seconds
     while time.time() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"exited with {proc.returncode} before answering {url}")
         try:
-            with urllib.request.urlopen(url, timeout=2) as r:
+            with urllib.request.urlopen(url, timeout=2, context=context) as r:
                 r.read()
                 return
         except urllib.error.HTTPError:
@@ -134,10 +138,10 @@ def wait_http(url, proc, seconds=30.0):
 class Server:
     """A server process started for the run and stopped at its end."""
 
-    def __init__(self, name, argv, ready_path, port, log_path, cwd=None):
+    def __init__(self, name, argv, ready_path, port, log_path, cwd=None, scheme="http"):
         self.name = name
         self.port = port
-        self.base = f"http://127.0.0.1:{port}"
+        self.base = f"{scheme}://127.0.0.1:{port}"
         self.log = open(log_path, "w")
         log(f"start {name}: {' '.join(shlex.quote(a) for a in argv)}")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
@@ -754,7 +758,7 @@ metadata, names and indexes stay on).
     return text
 
 
-SECTIONS = ("trees", "matrices", "probe", "replicas")
+SECTIONS = ("trees", "matrices", "probe", "replicas", "deploy")
 SECTION_RE = re.compile(r"<!-- bench:([\w@.]+) -->\n.*?<!-- /bench:\1 -->\n?", re.S)
 
 
@@ -890,13 +894,15 @@ def main():
                                    targets, info, seconds)
         print(table)
         print(f"\ncellar peak RSS over the run: {results.cellar_peak_kb / 1024:.0f} MB")
+    import deploy
     import replicas
     import sections
     for name, title, fn in (("trees", "Trees (issue 4)", sections.run_trees),
                             ("matrices", "Matrices (issue 5)", sections.run_matrices),
                             ("probe", "The HDF5 probe (issue 19)", sections.run_probe),
                             ("replicas", "Replicas behind HAProxy (issue 15)",
-                             replicas.run_replicas)):
+                             replicas.run_replicas),
+                            ("deploy", "TLS and bearer tokens (issue 15)", deploy.run_deploy)):
         if only and name not in only:
             continue
         copy = copy_gbps()

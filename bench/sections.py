@@ -42,11 +42,12 @@ def ensure_data(script, out_dir, scale, version_name):
         return json.load(f)
 
 
-def start_cellar(cfg, root, workdir, name, extra=()):
+def start_cellar(cfg, root, workdir, name, extra=(), scheme="http"):
     port = R.free_port()
     return R.Server("cellar", [cfg["cellar_bin"], "--root", root, "--bind", "127.0.0.1",
                                "--port", str(port), "--threads", str(cfg["threads"]), *extra],
-                    "/healthz", port, os.path.join(workdir, f"cellar-{name}.log"))
+                    "/healthz", port, os.path.join(workdir, f"cellar-{name}.log"),
+                    scheme=scheme)
 
 
 # Queries are measured with cellar's answer cache off, so every answer is
@@ -158,12 +159,17 @@ def run_loadgen(base, path_file, connections, seconds, cycle):
     return R.bench_result("loadgen", out)
 
 
-def run_client(client, cfg, base, path_file, connections, seconds, cycle):
+def run_client(client, cfg, base, path_file, connections, seconds, cycle, authorization=None):
     """One run of wrk (bench/wrk/paths.lua) or loadgen over the paths in
-    path_file, no warm-up of its own."""
+    path_file, no warm-up of its own; authorization, when given, is sent as
+    the Authorization header of every request (wrk only)."""
     if client == "loadgen":
+        if authorization:
+            raise ValueError("loadgen sends no Authorization header")
         return run_loadgen(base, path_file, connections, seconds, cycle)
     env = {"BENCH_PATHS": path_file, "BENCH_ORDER": "cycle" if cycle else "random"}
+    if authorization:
+        env["BENCH_AUTHORIZATION"] = authorization
     # wrk's CPU: the children's rusage grows by it when subprocess reaps it
     # (no other child of this process ends meanwhile: the servers run on).
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -175,7 +181,8 @@ def run_client(client, cfg, base, path_file, connections, seconds, cycle):
     return res
 
 
-def load_paths(cfg, workdir, base, name, paths, connections, client, cpu_pid=None, cycle=False):
+def load_paths(cfg, workdir, base, name, paths, connections, client, cpu_pid=None, cycle=False,
+               authorization=None):
     """The client over a list of paths, after a warm-up run; with cpu_pid,
     the server's CPU use over the measured run (percent of one core).  With
     BENCH_REPEAT=n the measured run is made n times and the one with the
@@ -185,8 +192,8 @@ def load_paths(cfg, workdir, base, name, paths, connections, client, cpu_pid=Non
     with open(path_file, "w") as f:
         f.write("".join(p + "\n" for p in paths))
     if cfg["warmup"] > 0:
-        run_client(client, cfg, base, path_file, connections, cfg["warmup"], cycle)
-    runs = [measured_run(cfg, base, path_file, connections, client, cpu_pid, cycle)
+        run_client(client, cfg, base, path_file, connections, cfg["warmup"], cycle, authorization)
+    runs = [measured_run(cfg, base, path_file, connections, client, cpu_pid, cycle, authorization)
             for _ in range(max(cfg.get("repeat", 1), 1))]
     runs.sort(key=lambda r: r["rps"])
     res = runs[len(runs) // 2]
@@ -204,11 +211,12 @@ def load_paths(cfg, workdir, base, name, paths, connections, client, cpu_pid=Non
     return res
 
 
-def measured_run(cfg, base, path_file, connections, client, cpu_pid, cycle):
+def measured_run(cfg, base, path_file, connections, client, cpu_pid, cycle, authorization=None):
     t0, c0 = time.time(), cpu_ticks(cpu_pid) if cpu_pid else None
     th0 = thread_ticks(cpu_pid) if cpu_pid else {}
     m0 = R.stat_ticks()
-    res = run_client(client, cfg, base, path_file, connections, cfg["duration"], cycle)
+    res = run_client(client, cfg, base, path_file, connections, cfg["duration"], cycle,
+                     authorization)
     m1 = R.stat_ticks()
     if "client_cpu_us" in res:
         res["client_pct"] = 100.0 * res["client_cpu_us"] / max(res["duration_us"], 1)

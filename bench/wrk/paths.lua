@@ -5,6 +5,8 @@
 --   BENCH_ORDER=cycle             the paths in file order, over and over:
 --                                 a group of k lines is one logical request
 --                                 that a reference needs k requests for
+--   BENCH_AUTHORIZATION=VALUE      sent as the Authorization header of every
+--                                 request (the deploy section's bearer token)
 dofile(os.getenv("BENCH_LUA_DIR") .. "/report.lua")
 
 local paths = {}
@@ -12,6 +14,8 @@ for line in io.lines(os.getenv("BENCH_PATHS")) do
   if line ~= "" then table.insert(paths, line) end
 end
 local cycle = os.getenv("BENCH_ORDER") == "cycle"
+local authorization = os.getenv("BENCH_AUTHORIZATION")
+local headers = authorization and { Authorization = authorization } or nil
 
 local counter = 0
 function setup(thread)
@@ -24,7 +28,7 @@ local next_i = 0
 function init(args)
   math.randomseed(seed or 1)
   for i, path in ipairs(paths) do
-    formatted[i] = wrk.format("GET", path)
+    formatted[i] = wrk.format("GET", path, headers)
   end
 end
 
