@@ -37,7 +37,11 @@ LDLIBS  = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -Wl,--no-as-needed -llz
 ALL_LDFLAGS = $(LDFLAGS) $(SANFLAGS)
 
 LIB_SRC  := $(wildcard common/*.c storage/*.c storage/*/*.c api/*.c api/*/*.c) $(filter-out server/main.c,$(wildcard server/*.c))
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/openapi.o
+# The viewer's files (api/ui/ but its C sources and README), linked in like
+# the OpenAPI document; api/ui/ui_files.h lists them.
+UI_ASSETS := $(filter-out %.c %.h %.md,$(wildcard api/ui/*))
+UI_OBJ   := $(UI_ASSETS:api/ui/%=$(BUILD)/ui/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/openapi.o $(UI_OBJ)
 UNIT_SRC := $(wildcard tests/unit/*.c)
 UNIT_OBJ := $(UNIT_SRC:%.c=$(BUILD)/%.o)
 
@@ -81,6 +85,11 @@ $(BUILD)/%.o: %.c
 $(BUILD)/openapi.o: api/openapi.json
 	@mkdir -p $(dir $@)
 	ld -r -b binary -z noexecstack -o $@ api/openapi.json
+
+# Each viewer file as _binary_api_ui_<name with . as _>_start/_end.
+$(BUILD)/ui/%.o: api/ui/%
+	@mkdir -p $(dir $@)
+	ld -r -b binary -z noexecstack -o $@ $<
 
 $(BUILD)/libcellar.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^

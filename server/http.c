@@ -1014,8 +1014,9 @@ static int take_access_token(api_request *req, const char **token, cellar_error 
     return 0;
 }
 
-/* The token file a route is guarded by: none for liveness, readiness and
- * the API description (they tell nothing of the data), --metrics-token-file
+/* The token file a route is guarded by: none for liveness, readiness, the
+ * API description and the viewer's files (they tell nothing of the data;
+ * the viewer asks for a token when a data route answers 401), --metrics-token-file
  * for /metrics, --auth-file for every other route (those not matched
  * included, so a path tells nothing without a token). */
 static auth *gate_of(const http_server *srv, route_id id)
@@ -1024,6 +1025,7 @@ static auth *gate_of(const http_server *srv, route_id id)
     case ROUTE_HEALTHZ:
     case ROUTE_READYZ:
     case ROUTE_OPENAPI:
+    case ROUTE_UI:
         return NULL;
     case ROUTE_METRICS:
         return srv->metrics_tokens;

@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "api/ui/ui.h"
 #include "api/v1/routes.h"
 #include "api/zarr/routes.h"
 #include "common/numfmt.h"
@@ -25,6 +26,7 @@ static const route_def routes[ROUTE_COUNT] = {
     [ROUTE_READYZ] = {ROUTE_READYZ, "/readyz", NULL, READ},
     [ROUTE_METRICS] = {ROUTE_METRICS, "/metrics", NULL, READ},
     [ROUTE_OPENAPI] = {ROUTE_OPENAPI, "/v1/openapi.json", NULL, READ},
+    [ROUTE_UI] = {ROUTE_UI, "/ui/{file}", api_ui_file, READ},
     [ROUTE_STORES] = {ROUTE_STORES, "/v1/stores", api_stores_list, READ},
     [ROUTE_STORE_SUMMARY] = {ROUTE_STORE_SUMMARY, "/v1/stores/{store}", api_store_summary, READ},
     [ROUTE_MOD_LIST] = {ROUTE_MOD_LIST, "/v1/stores/{store}/mod", api_mod_list, READ},
@@ -278,6 +280,21 @@ static int match_store_rest(char **seg, size_t n, api_request *req, route_match 
     return match_element(seg, n, req, out);
 }
 
+/* The viewer: "/" and "/ui/" are its page, "/ui/{file}" one of its files
+ * (req->key; a name holding '/' is none of them). */
+static int match_ui(char **seg, size_t n, api_request *req, route_match *out)
+{
+    if (n == 1 && !seg[0][0]) {
+        req->key = NULL;
+    } else if (n >= 1 && !strcmp(seg[0], "ui") && n <= 2) {
+        req->key = n == 2 ? seg[1] : NULL;
+    } else {
+        return CELLAR_ENOTFOUND;
+    }
+    set_route(out, ROUTE_UI);
+    return 0;
+}
+
 int router_match(const char *raw_path, api_request *req, route_match *out, cellar_error *err)
 {
     set_route(out, ROUTE_NONE);
@@ -315,6 +332,8 @@ int router_match(const char *raw_path, api_request *req, route_match *out, cella
         set_route(out, ROUTE_OPENAPI);
     else if (n == 2 && !strcmp(seg[0], "v1") && !strcmp(seg[1], "stores"))
         set_route(out, ROUTE_STORES);
+    else if (match_ui(seg, n, req, out) == 0)
+        return 0;
     if (out->id != ROUTE_NONE)
         return 0;
     if (n < 3 || strcmp(seg[0], "v1") || strcmp(seg[1], "stores"))

@@ -12,6 +12,7 @@ typedef enum route_id {
     ROUTE_READYZ,
     ROUTE_METRICS,
     ROUTE_OPENAPI,
+    ROUTE_UI,
     ROUTE_STORES,
     ROUTE_STORE_SUMMARY,
     ROUTE_MOD_LIST,

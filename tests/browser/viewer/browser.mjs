@@ -1,0 +1,45 @@
+// Debian's Chromium through playwright-core, with WebGL on SwiftShader and
+// every request beyond 127.0.0.1 blocked (and recorded).
+import { chromium } from 'playwright-core';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export const CHROMIUM = process.env.CELLAR_CHROMIUM || '/usr/bin/chromium';
+
+export async function launch() {
+  const profile = mkdtempSync(join(tmpdir(), 'cellar-chromium-'));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    viewport: { width: 1400, height: 1000 },
+    args: [
+      '--no-sandbox', '--use-angle=swiftshader', '--enable-unsafe-swiftshader', '--ignore-gpu-blocklist',
+      '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update',
+      '--disable-sync', '--disable-default-apps', '--disable-extensions', '--mute-audio',
+    ],
+  });
+  const blocked = [];
+  await context.route('**/*', (route) => {
+    const url = new URL(route.request().url());
+    if (url.hostname === '127.0.0.1' || url.protocol === 'data:' || url.protocol === 'blob:') return route.continue();
+    blocked.push(route.request().url());
+    return route.abort('blockedbyclient');
+  });
+  const close = async () => {
+    await context.close();
+    rmSync(profile, { recursive: true, force: true });
+  };
+  return { context, blocked, close };
+}
+
+// A page that records console errors, page errors and every request.
+export async function openPage(context) {
+  const page = await context.newPage();
+  const log = { errors: [], requests: [] };
+  page.on('console', (m) => m.type() === 'error' && log.errors.push(`console: ${m.text()}`));
+  page.on('pageerror', (e) => log.errors.push(`pageerror: ${e.message}`));
+  page.on('requestfailed', (r) => log.errors.push(`requestfailed: ${r.url()} ${r.failure() && r.failure().errorText}`));
+  page.on('request', (r) => log.requests.push({ url: r.url(), headers: r.headers() }));
+  return { page, log };
+}
