@@ -5,7 +5,7 @@ VERSION := 0.1.0
 PKGS    := libmicrohttpd gnutls hdf5 jansson libuv yajl libzstd liblz4 blosc zlib
 DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libgnutls28-dev libhdf5-dev hdf5-plugin-lzf liblzf-dev \
             libjansson-dev libuv1-dev libyajl-dev zlib1g-dev libzstd-dev liblz4-dev \
-            libblosc-dev curl ca-certificates openssl python3 python3-venv zstd haproxy
+            libblosc-dev curl ca-certificates openssl python3 python3-venv zstd haproxy chromium
 # node and npm (tests/http/zarr_clients: zarrita.js, npm ci from its lock
 # file) come from Debian's nodejs and npm unless a node and an npm are on
 # PATH already (NodeSource's nodejs has its own npm, which Debian's npm
@@ -177,7 +177,13 @@ ZARR_CLIENTS := tests/http/zarr_clients
 $(ZARR_CLIENTS)/node_modules/.package-lock.json: $(ZARR_CLIENTS)/package.json $(ZARR_CLIENTS)/package-lock.json
 	npm ci --no-audit --no-fund --prefix $(ZARR_CLIENTS)
 
-pytest: $(BUILD)/cellar venv $(ZARR_CLIENTS)/node_modules/.package-lock.json
+# playwright-core for the built-in viewer's browser tests (Debian's
+# chromium drives the page), from its committed lock file.
+VIEWER_TESTS := tests/browser/viewer
+$(VIEWER_TESTS)/node_modules/.package-lock.json: $(VIEWER_TESTS)/package.json $(VIEWER_TESTS)/package-lock.json
+	npm ci --no-audit --no-fund --prefix $(VIEWER_TESTS)
+
+pytest: $(BUILD)/cellar venv $(ZARR_CLIENTS)/node_modules/.package-lock.json $(VIEWER_TESTS)/node_modules/.package-lock.json
 	$(SAN_ENV) CELLAR_BIN=$(abspath $(BUILD)/cellar) $(VENV)/bin/python -m pytest -q tests/http
 
 # The layering rules of the README's "Layout", on what the preprocessor includes.

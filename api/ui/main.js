@@ -385,7 +385,12 @@ function select(rows) {
 let viewTimer = 0;
 function viewChanged(v) {
   clearTimeout(viewTimer);
-  viewTimer = setTimeout(() => writeState({ v: [round(v.cx), round(v.cy), round(v.zoom)].join(',') }), 250);
+  // The view snaps to what the URL holds, so a shared URL draws the same.
+  viewTimer = setTimeout(() => {
+    const r = { cx: round(v.cx), cy: round(v.cy), zoom: round(v.zoom) };
+    if (scatter) scatter.setView(r);
+    writeState({ v: [r.cx, r.cy, r.zoom].join(',') });
+  }, 250);
 }
 
 // ---------------------------------------------------------------- hover
@@ -519,7 +524,7 @@ async function setupTree(p, state) {
     onSelect: (n) => showNode(p, n).catch(showError),
     onView: (v) => {
       clearTimeout(tree.urlTimer);
-      tree.urlTimer = setTimeout(() => writeState({ tv: [v.x0, v.x1, v.y0, v.y1].map(round).join(',') }), 250);
+      tree.urlTimer = setTimeout(() => writeState({ tv: [v.x0, v.x1, v.y0, v.y1].join(',') }), 100);
     },
   });
   tree.onError = showError;
@@ -635,5 +640,11 @@ async function start() {
     document.body.dataset.ready = 'error';
   }
 }
+
+// For the browser tests and the benchmark: the live plots.
+window.cellar = {
+  get scatter() { return scatter; },
+  get tree() { return tree; },
+};
 
 start();

@@ -108,10 +108,19 @@ export class TreeView {
     this.draw();
   }
 
+  // After a pan or zoom settles: the view snaps to 6 significant digits
+  // (what the URL holds, so a shared URL draws the same), then its box is
+  // fetched.
   _scheduleFetch() {
     clearTimeout(this.fetchTimer);
-    this.fetchTimer = setTimeout(() => this._fetch(this.view).catch((e) => this.onError && this.onError(e)), 140);
-    this.onView(this.view);
+    this.fetchTimer = setTimeout(() => {
+      const r = (v) => Number(v.toPrecision(6));
+      const v = this.view;
+      this.view = { x0: r(v.x0), x1: r(v.x1), y0: r(v.y0), y1: r(v.y1) };
+      this.draw();
+      this.onView(this.view);
+      this._fetch(this.view).catch((e) => this.onError && this.onError(e));
+    }, 140);
   }
 
   _hidden(n) {
