@@ -13,6 +13,28 @@ static int route(const char *path, api_request *req, route_match *m, arena *a)
     return router_match(path, req, m, &err);
 }
 
+void test_router_viewer(void)
+{
+    arena *a = arena_new();
+    api_request req;
+    route_match m;
+    CHECK_EQ(route("/", &req, &m, a), 0);
+    CHECK_EQ(m.id, ROUTE_UI);
+    CHECK(req.key == NULL);
+    CHECK(!m.needs_store);
+    CHECK_EQ(route("/ui/", &req, &m, a), 0);
+    CHECK_EQ(m.id, ROUTE_UI);
+    CHECK(req.key == NULL);
+    CHECK_EQ(route("/ui/main.js", &req, &m, a), 0);
+    CHECK_EQ(m.id, ROUTE_UI);
+    CHECK_STR_EQ(req.key, "main.js");
+    CHECK_EQ(route("/ui/a%2Eb", &req, &m, a), 0);
+    CHECK_STR_EQ(req.key, "a.b");
+    CHECK_EQ(route("/ui/a/main.js", &req, &m, a), CELLAR_ENOTFOUND);
+    CHECK_EQ(route("/index.html", &req, &m, a), CELLAR_ENOTFOUND);
+    arena_free(a);
+}
+
 void test_router_service_and_stores(void)
 {
     arena *a = arena_new();
