@@ -127,7 +127,8 @@ static void set_route(route_match *out, route_id id)
 
 static int store_suffix(const char *s)
 {
-    static const char *const suffixes[] = {".h5ad", ".h5mu", ".h5td", ".h5", ".zarr"};
+    /* ".zip" takes ".zarr.zip" too (storage/zip/zip_store.h) */
+    static const char *const suffixes[] = {".h5ad", ".h5mu", ".h5td", ".h5", ".zarr", ".zip"};
     size_t len = strlen(s);
     for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++) {
         size_t sl = strlen(suffixes[i]);
@@ -346,7 +347,7 @@ int router_match(const char *raw_path, api_request *req, route_match *out, cella
     if (end == n)
         return cellar_fail(err, CELLAR_ENOTFOUND,
                            "no store in this path (store names end in .h5ad, .h5mu, .h5td, "
-                           ".h5 or .zarr)");
+                           ".h5, .zarr, .zarr.zip or .zip)");
     size_t total = 0;
     for (size_t i = 2; i <= end; i++)
         total += strlen(seg[i]) + 1;

@@ -16,6 +16,7 @@
 #include "common/hash.h"
 #include "storage/hdf5/h5.h"
 #include "storage/zarr/zarr.h"
+#include "storage/zip/zip_store.h"
 
 /* How long a reopen of a file rewritten in place waits for requests still
  * reading the old version (libhdf5 shares open files by device and inode, so
@@ -103,7 +104,8 @@ struct registry {
     size_t n_marks, cap_marks;
 };
 
-static const char *const store_suffixes[] = {".h5ad", ".h5mu", ".h5td", ".h5", ".zarr"};
+/* ".zip" also takes ".zarr.zip": a zarr store in a zip file. */
+static const char *const store_suffixes[] = {".h5ad", ".h5mu", ".h5td", ".h5", ".zarr", ".zip"};
 
 static double now_seconds(void)
 {
@@ -121,6 +123,20 @@ static int has_suffix(const char *s, size_t len, const char *suffix)
 {
     size_t sl = strlen(suffix);
     return len > sl && memcmp(s + len - sl, suffix, sl) == 0;
+}
+
+/* Zip stores are zarr stores read from a zip (storage/zip/zip_store.h). */
+static store_backend backend_of(const char *name)
+{
+    return has_suffix(name, strlen(name), ".zarr") || zip_store_name(name) ? BACKEND_ZARR
+                                                                            : BACKEND_HDF5;
+}
+
+/* Whether the store's identity is its directory and root metadata (a zarr
+ * directory), not one file's (HDF5, a zip). */
+static int is_zarr_directory(const char *name)
+{
+    return backend_of(name) == BACKEND_ZARR && !zip_store_name(name);
 }
 
 static int segment_is_store(const char *s, size_t len)
@@ -229,7 +245,7 @@ static int resolve_inside(registry *r, const char *name, char **out, cellar_erro
  * goes adds or removes a directory entry, which changes the directory's
  * own mtime (dir_mtime), so the missing ones need no stat.  That keeps the
  * per-request check of an unchanged v3 store at two stats instead of five. */
-static int read_identity_as(const char *path, store_backend backend, const file_identity *known,
+static int read_identity_as(const char *path, int zarr_directory, const file_identity *known,
                             file_identity *id)
 {
     struct stat st;
@@ -242,7 +258,7 @@ static int read_identity_as(const char *path, store_backend backend, const file_
     id->dir_mtime = st.st_mtim;
     id->meta = 0;
     id->rewritten = 0;
-    if (backend != BACKEND_ZARR)
+    if (!zarr_directory)
         return 0;
     char p[PATH_MAX];
     size_t pl = strlen(path);
@@ -266,9 +282,9 @@ static int read_identity_as(const char *path, store_backend backend, const file_
     return 0;
 }
 
-static int read_identity(const char *path, store_backend backend, file_identity *id)
+static int read_identity(const char *path, int zarr_directory, file_identity *id)
 {
-    return read_identity_as(path, backend, NULL, id);
+    return read_identity_as(path, zarr_directory, NULL, id);
 }
 
 static int identity_equal(const file_identity *a, const file_identity *b)
@@ -407,10 +423,6 @@ void registry_free(registry *r)
     free(r);
 }
 
-static store_backend backend_of(const char *name)
-{
-    return has_suffix(name, strlen(name), ".zarr") ? BACKEND_ZARR : BACKEND_HDF5;
-}
 
 /* The version's ETag, from what the data is: a hash of the store's name, its
  * size and mtime (for zarr: of the root metadata, the newest of them), and
@@ -462,7 +474,16 @@ static int store_open(registry *r, const char *name, const char *path,
         rc = registry_fail_unknown(err, name);
         goto done;
     }
-    if (s->backend == BACKEND_ZARR) {
+    if (zip_store_name(name)) {
+        if (!S_ISREG(st.st_mode)) {
+            rc = registry_fail_unknown(err, name);
+            goto done;
+        }
+        zarr_source *src = NULL;
+        rc = zip_store_open(path, &src, err);
+        if (!rc)
+            rc = zarr_open_source(src, name, &s->root, err);
+    } else if (s->backend == BACKEND_ZARR) {
         if (!S_ISDIR(st.st_mode)) {
             rc = cellar_fail(err, CELLAR_EFORMAT, "store '%s' is not a zarr directory", name);
             goto done;
@@ -620,7 +641,7 @@ static int open_stable(registry *r, const char *name, const char *path,
         cellar_error_clear(&open_err);
         int rc = store_open(r, name, path, &before, &s, &open_err);
         file_identity after;
-        if (read_identity(path, backend_of(name), &after) != 0) {
+        if (read_identity(path, is_zarr_directory(name), &after) != 0) {
             store_free(s);
             return registry_fail_unknown(err, name);
         }
@@ -710,7 +731,7 @@ static store *take_unchanged(registry *r, const char *name)
     file_identity known = cur ? cur->id : (file_identity){0};
     pthread_mutex_unlock(&r->lock);
     file_identity id;
-    if (!cur || read_identity_as(joined, backend_of(name), &known, &id))
+    if (!cur || read_identity_as(joined, is_zarr_directory(name), &known, &id))
         return NULL;
     pthread_mutex_lock(&r->lock);
     cur = find_open(r, name, NULL);
@@ -734,7 +755,7 @@ int registry_get(registry *r, const char *name, store **out, cellar_error *err)
     if (rc)
         return rc;
     file_identity id;
-    if (read_identity(path, backend_of(name), &id) != 0) {
+    if (read_identity(path, is_zarr_directory(name), &id) != 0) {
         free(path);
         return registry_fail_unknown(err, name);
     }
@@ -939,8 +960,8 @@ static int listing_walk(registry *r, listing_acc *acc, const char *rel, int dept
         free(real);
         if (!ok)
             continue;
-        int is_zarr = backend_of(child_rel) == BACKEND_ZARR;
-        if ((is_zarr && !S_ISDIR(st.st_mode)) || (!is_zarr && !S_ISREG(st.st_mode)))
+        int is_dir = is_zarr_directory(child_rel);
+        if ((is_dir && !S_ISDIR(st.st_mode)) || (!is_dir && !S_ISREG(st.st_mode)))
             continue;
         rc = listing_push(acc, child_rel, &st);
         if (rc)
@@ -973,7 +994,7 @@ int registry_list(registry *r, arena *a, store_listing **out, size_t *count,
             acc.items[i].kind = s->kind;
             acc.items[i].bytes_known = store_total_bytes(s, &acc.items[i].bytes) == 0;
             store_release(s);
-        } else if (acc.items[i].backend == BACKEND_ZARR) {
+        } else if (is_zarr_directory(acc.items[i].name)) {
             acc.items[i].bytes_known = 0; /* a directory's own size says nothing */
         }
     }
@@ -1012,7 +1033,7 @@ node *store_root(store *s)
 int store_unchanged(const store *s)
 {
     file_identity now;
-    return !store_files_changed(s) && read_identity_as(s->path, s->backend, &s->id, &now) == 0 &&
+    return !store_files_changed(s) && read_identity_as(s->path, is_zarr_directory(s->name), &s->id, &now) == 0 &&
            identity_equal(&now, &s->id);
 }
 

@@ -802,6 +802,109 @@ static int serve_kept(api_request *req, api_response *res, raw_keys *keys, const
     return 1;
 }
 
+/* ---- keys of other sources (zip stores) ---- */
+
+/* Reads the parts of a multipart answer from an opened key of a source. */
+typedef struct source_span {
+    zarr_source *src;
+    zarr_key *k;
+    const char *what;
+} source_span;
+
+static int read_source(const void *ctx, uint64_t off, size_t n, char *to)
+{
+    const source_span *sp = ctx;
+    cellar_error ignored;
+    cellar_error_clear(&ignored);
+    return sp->src->ops->read_key(sp->src, sp->k, off, n, to, sp->what, &ignored) ? -1 : 0;
+}
+
+/* The built consolidated document to answer key with instead of the key
+ * itself (a v2 .zmetadata that is missing, a v3 root zarr.json without
+ * consolidated metadata), or NULL. */
+static int built_instead(store *s, const char *key, int found, const built_doc **out,
+                         cellar_error *err)
+{
+    *out = NULL;
+    int v2_missing = !found && !strcmp(key, ".zmetadata") && zarr_format(store_root(s)) == 2;
+    int v3_root = found && !strcmp(key, "zarr.json");
+    if (!v2_missing && !v3_root)
+        return 0;
+    const built_doc *doc = NULL;
+    int rc = built_doc_get(s, v3_root, &doc, err);
+    if (!rc && doc->text)
+        *out = doc;
+    return rc;
+}
+
+/* Answers a key of a store whose keys come from a source other than a
+ * directory (a zip, storage/zip/zip_store.h): validated like a file key,
+ * with the version's ETag joined with the key's CRC-32 and size and the
+ * store's Last-Modified.  Bytes stored as they are in the container file
+ * are sent from it (sendfile of their byte range), others (deflated)
+ * decoded into the body; a zip written in the last SETTLED_SECONDS is
+ * copied, as a recently written file key is. */
+static int serve_source_key(api_request *req, api_response *res, const char *key,
+                            cellar_error *err)
+{
+    store *s = req->store;
+    const char *name = store_name(s);
+    zarr_source *src = zarr_store_source(store_root(s));
+    zarr_key k;
+    int rc = src->ops->open_key(src, key, &k, err);
+    if (rc)
+        return rc;
+    const built_doc *built = NULL;
+    rc = built_instead(s, key, k.found, &built, err);
+    if (rc || built) {
+        src->ops->close_key(src, &k);
+        return rc ? rc : serve_built_doc(req, res, built, k.found ? "consolidated" : "zmetadata",
+                                         err);
+    }
+    if (!k.found) {
+        src->ops->close_key(src, &k);
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no key '%.300s' in zarr store '%.300s'", key,
+                           name);
+    }
+    char suffix[48];
+    snprintf(suffix, sizeof suffix, "z%08" PRIx32 "-%" PRIx64, k.has_crc32 ? k.crc32 : 0,
+             k.size);
+    char *etag = etag_join(req->arena, store_etag(s), suffix);
+    char date[DATE_MAX];
+    http_date(k.mtime, date, sizeof date);
+    validators v = {etag, date, k.mtime};
+    uint64_t first = 0, len = 0;
+    byte_parts pt;
+    rc = etag ? answer_span(req, res, &v, k.size, &first, &len, &pt, err)
+              : cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    if (rc || (res->status != 200 && res->status != 206))
+        goto done;
+    res->content_type = key_content_type(key);
+    res->stored_bytes = 1;
+    source_span sp = {src, &k, key};
+    time_t now = time(NULL);
+    int recent = k.mtime.tv_sec > now - SETTLED_SECONDS;
+    if (pt.n) {
+        rc = multipart_body(req, res, &pt, k.size, key_content_type(key), read_source, &sp, err);
+    } else if (k.fd >= 0 && !(recent && len <= UNSETTLED_COPY_MAX)) {
+        res->fd = fcntl(k.fd, F_DUPFD_CLOEXEC, 0);
+        if (res->fd < 0)
+            rc = cellar_fail(err, CELLAR_EIO, "cannot send key '%.300s' of '%.300s' now", key,
+                             name);
+        res->fd_offset = k.offset + first;
+        res->fd_length = len;
+    } else {
+        char *to = buf_reserve(&res->body, (size_t)len);
+        if (!to)
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+        else if (!(rc = src->ops->read_key(src, &k, first, (size_t)len, to, key, err)))
+            res->body.len += (size_t)len;
+    }
+done:
+    src->ops->close_key(src, &k);
+    return rc;
+}
+
 /* ---- directory indexes ---- */
 
 /* Appends text as a URL path with only what would change its meaning
@@ -951,6 +1054,8 @@ int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
         return cellar_fail(err, CELLAR_ENOTFOUND, "no key '%.300s' in zarr store '%.300s'", key,
                            name);
     }
+    if (zarr_directory_fd(store_root(s)) < 0)
+        return serve_source_key(req, res, key, err);
     raw_keys *keys = NULL;
     rc = raw_keys_get(s, &keys, err);
     if (rc)

@@ -20,7 +20,8 @@
 #define ZARR_MAX_DEPTH 64
 
 typedef struct zarr_store {
-    zarr_dir files;   /* the version's directory: every read goes beneath it */
+    zarr_source *src; /* where the version's keys come from (owned) */
+    zarr_dir *dir;    /* src when it is a local directory, else NULL */
     int version;
     json_t *root_doc; /* v3: the root zarr.json */
     json_t *cmeta;    /* consolidated: relpath keys -> documents; NULL when none */
@@ -63,9 +64,9 @@ static char *join_path(const char *a, const char *b)
     return p;
 }
 
-/* Reads and parses dir/rel/file; *missing set (and 0 returned) when the file
- * does not exist. */
-static int load_json(zarr_dir *dir, const char *rel, const char *file, json_t **out,
+/* Reads and parses rel/file of the source; *missing set (and 0 returned)
+ * when the key does not exist. */
+static int load_json(zarr_source *src, const char *rel, const char *file, json_t **out,
                      int *missing, cellar_error *err)
 {
     *out = NULL;
@@ -74,63 +75,44 @@ static int load_json(zarr_dir *dir, const char *rel, const char *file, json_t **
     int n = snprintf(path, sizeof path, "%s%s%s", rel, rel[0] ? "/" : "", file);
     if (n < 0 || (size_t)n >= sizeof path)
         return cellar_fail(err, CELLAR_EFORMAT, "path of '%s' is too long", rel);
-    int fd = -1;
-    uint64_t file_size = 0;
+    zarr_key k;
     cellar_error local;
     cellar_error_clear(&local);
-    int rc = zarr_dir_open_file(dir, path, &fd, &file_size, &local);
+    int rc = src->ops->open_key(src, path, &k, &local);
     if (rc)
         return cellar_fail(err, rc, "metadata %s", local.detail);
-    if (fd < 0) {
-        *missing = 1;
-        return 0;
-    }
     char *buf = NULL;
-    if (file_size > ZARR_MAX_META) {
-        rc = cellar_fail(err, CELLAR_EFORMAT, "'/%s' metadata %s is larger than %zu bytes", rel,
-                         file, ZARR_MAX_META);
+    if (!k.found) {
+        *missing = 1;
         goto done;
     }
-    size_t size = (size_t)file_size, got = 0;
-    buf = malloc(size + 1);
-    if (!buf) {
-        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", path);
-        goto done;
-    }
-    while (got < size) {
-        ssize_t r = pread(fd, buf + got, size - got, (off_t)got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            rc = cellar_fail(err, CELLAR_EIO, "reading %s failed", path);
-            goto done;
-        }
-        got += (size_t)r;
-    }
-    zarr_dir_note_fd(dir, fd);
     char what[600];
-    snprintf(what, sizeof what, "'/%s' %s", rel, file);
-    rc = zarr_json_parse(buf, size, out, what, err);
+    snprintf(what, sizeof what, "'/%s' metadata %s", rel, file);
+    rc = zarr_key_read_all(src, &k, ZARR_MAX_META, &buf, what, err);
+    if (!rc) {
+        snprintf(what, sizeof what, "'/%s' %s", rel, file);
+        rc = zarr_json_parse(buf, (size_t)k.size, out, what, err);
+    }
 done:
     free(buf);
-    close(fd);
+    src->ops->close_key(src, &k);
     return rc;
 }
 
-static int file_exists(zarr_dir *dir, const char *rel, const char *file)
+static int file_exists(zarr_source *src, const char *rel, const char *file)
 {
     char path[4096];
     int n = snprintf(path, sizeof path, "%s%s%s", rel, rel[0] ? "/" : "", file);
     if (n < 0 || (size_t)n >= sizeof path)
         return 0;
-    int fd = -1;
-    uint64_t size = 0;
+    zarr_key k;
     cellar_error ignored;
     cellar_error_clear(&ignored);
-    if (zarr_dir_open_file(dir, path, &fd, &size, &ignored) || fd < 0)
+    if (src->ops->open_key(src, path, &k, &ignored))
         return 0;
-    close(fd);
-    return 1;
+    int found = k.found;
+    src->ops->close_key(src, &k);
+    return found;
 }
 
 static json_t *cmeta_get(const zarr_store *s, const char *rel, const char *suffix)
@@ -156,17 +138,17 @@ static int meta_v2(zarr_store *s, const char *rel, zmeta *m, cellar_error *err)
         return 0;
     }
     int missing = 0;
-    int rc = load_json(&s->files, rel, ".zarray", &m->array, &missing, err);
+    int rc = load_json(s->src, rel, ".zarray", &m->array, &missing, err);
     if (rc)
         return rc;
     if (missing) {
-        if (!file_exists(&s->files, rel, ".zgroup"))
+        if (!file_exists(s->src, rel, ".zgroup"))
             return 0;
     } else {
         m->is_array = 1;
     }
     m->found = 1;
-    return load_json(&s->files, rel, ".zattrs", &m->attrs, &missing, err);
+    return load_json(s->src, rel, ".zattrs", &m->attrs, &missing, err);
 }
 
 static int meta_v3(zarr_store *s, const char *rel, zmeta *m, cellar_error *err)
@@ -178,7 +160,7 @@ static int meta_v3(zarr_store *s, const char *rel, zmeta *m, cellar_error *err)
         doc = json_incref(json_object_get(s->cmeta, rel));
     if (!doc) {
         int missing = 0;
-        int rc = load_json(&s->files, rel, "zarr.json", &doc, &missing, err);
+        int rc = load_json(s->src, rel, "zarr.json", &doc, &missing, err);
         if (rc || missing)
             return rc;
     }
@@ -232,7 +214,8 @@ static void zarr_store_free(zarr_store *s)
     zarr_cache_drop_store(s->cache_id);
     json_decref(s->root_doc);
     json_decref(s->cmeta);
-    zarr_dir_close(&s->files);
+    if (s->src)
+        s->src->ops->destroy(s->src);
     free(s);
 }
 
@@ -411,45 +394,54 @@ static int list_consolidated(const zarr_store *s, const char *rel, name_list *l)
     return 0;
 }
 
-/* The code of a directory that cannot be listed: the system short of
- * descriptors or memory is CELLAR_EIO (503, passes); anything else (gone,
- * not a directory, not readable) is the store's state, CELLAR_EFORMAT. */
-static int list_failure(int e)
+/* The failure of listing a group's own directory: gone or not one is the
+ * store's state (CELLAR_EFORMAT); short of resources stays CELLAR_EIO. */
+static int list_failure(int rc, cellar_error *err)
 {
-    return e == EMFILE || e == ENFILE || e == ENOMEM ? CELLAR_EIO : CELLAR_EFORMAT;
+    if (rc == CELLAR_ENOTFOUND)
+        err->code = rc = CELLAR_EFORMAT;
+    return rc;
+}
+
+/* Collects the plain names a source lists (any type) into the name_list
+ * ctx. */
+static int collect_name(void *ctx, const char *name, zarr_entry_type type)
+{
+    (void)type;
+    if (!valid_name(name))
+        return 0;
+    return name_add(ctx, name, strlen(name)) ? CELLAR_ENOMEM : 0;
+}
+
+/* The plain names in directory rel of the source (unsorted). */
+static int list_names(zarr_source *src, const char *rel, name_list *l, cellar_error *err)
+{
+    int rc = src->ops->list(src, rel, collect_name, l, err);
+    if (rc == CELLAR_ENOMEM)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '/%s'", rel);
+    return list_failure(rc, err);
 }
 
 static int list_directory(zarr_store *s, const zarr_node *zn, name_list *l,
                           cellar_error *err)
 {
-    DIR *d = zarr_dir_list(&s->files, zn->rel);
-    if (!d)
-        return cellar_fail(err, list_failure(errno), "cannot list '/%s': %s", zn->rel,
-                           strerror(errno));
-    struct dirent *e;
-    int rc = 0;
-    while ((e = readdir(d))) {
-        if (!valid_name(e->d_name))
-            continue;
-        char *rel = zn->rel[0] ? join_path(zn->rel, e->d_name) : strdup(e->d_name);
+    name_list all = {0};
+    int rc = list_names(s->src, zn->rel, &all, err);
+    for (size_t i = 0; !rc && i < all.n; i++) {
+        char *rel = zn->rel[0] ? join_path(zn->rel, all.v[i]) : strdup(all.v[i]);
         if (!rel) {
-            rc = -1;
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '/%s'", zn->rel);
             break;
         }
-        int has = s->version == 3 ? file_exists(&s->files, rel, "zarr.json")
-                                  : file_exists(&s->files, rel, ".zarray") ||
-                                        file_exists(&s->files, rel, ".zgroup");
+        int has = s->version == 3 ? file_exists(s->src, rel, "zarr.json")
+                                  : file_exists(s->src, rel, ".zarray") ||
+                                        file_exists(s->src, rel, ".zgroup");
         free(rel);
-        if (has && name_add(l, e->d_name, strlen(e->d_name))) {
-            rc = -1;
-            break;
-        }
+        if (has && name_add(l, all.v[i], strlen(all.v[i])))
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '/%s'", zn->rel);
     }
-    zarr_dir_note_fd(&s->files, dirfd(d)); /* an entry added or removed meanwhile */
-    closedir(d);
-    if (rc)
-        return cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '/%s'", zn->rel);
-    return 0;
+    name_list_free(&all);
+    return rc;
 }
 
 static int zarr_list_children(node *n, arena *a, const char ***names, size_t *count,
@@ -495,7 +487,7 @@ static int zarr_read_op(node *n, const dim_sel *sel, void *out, size_t out_bytes
                         cellar_error *err)
 {
     zarr_node *zn = n->impl;
-    return zarr_array_read(&zn->arr, &zn->store->files, zn->rel, n->path, sel, out, out_bytes,
+    return zarr_array_read(&zn->arr, zn->store->src, zn->rel, n->path, sel, out, out_bytes,
                            NULL, NULL, err);
 }
 
@@ -503,7 +495,7 @@ static int zarr_read_strings_op(node *n, const dim_sel *sel, arena *a, char **ou
                                 cellar_error *err)
 {
     zarr_node *zn = n->impl;
-    return zarr_array_read(&zn->arr, &zn->store->files, zn->rel, n->path, sel, NULL, 0, a, out,
+    return zarr_array_read(&zn->arr, zn->store->src, zn->rel, n->path, sel, NULL, 0, a, out,
                            err);
 }
 
@@ -511,7 +503,7 @@ static int zarr_read_strings_op(node *n, const dim_sel *sel, arena *a, char **ou
 
 /* The format of the store in d: 3 when it has a root zarr.json, 2 when it
  * has a root .zgroup, .zarray or .zmetadata, else CELLAR_EFORMAT. */
-static int store_format(zarr_dir *d)
+static int store_format(zarr_source *d)
 {
     if (file_exists(d, "", "zarr.json"))
         return 3;
@@ -535,7 +527,7 @@ static void load_consolidated(zarr_store *s)
     int missing = 0;
     cellar_error ignored;
     cellar_error_clear(&ignored);
-    if (load_json(&s->files, "", ".zmetadata", &doc, &missing, &ignored) == 0 && doc) {
+    if (load_json(s->src, "", ".zmetadata", &doc, &missing, &ignored) == 0 && doc) {
         json_t *md = json_object_get(doc, "metadata");
         if (json_is_object(md))
             s->cmeta = json_incref(md);
@@ -543,28 +535,18 @@ static void load_consolidated(zarr_store *s)
     json_decref(doc);
 }
 
-int zarr_open(const char *dir, node **root, cellar_error *err)
+/* Reads the root of the store s (its source set) and makes its root node;
+ * frees s on failure.  dir names the store in details. */
+static int open_store(zarr_store *s, const char *dir, node **root, cellar_error *err)
 {
-    *root = NULL;
-    zarr_store *s = calloc(1, sizeof *s);
-    if (!s)
-        return cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", dir);
-    int e = zarr_dir_open(&s->files, dir);
-    if (e) {
-        zarr_store_free(s);
-        return e == ENOMEM ? cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", dir)
-               : e == EMFILE || e == ENFILE
-                   ? cellar_fail(err, CELLAR_EIO, "cannot open '%s' now: %s", dir, strerror(e))
-                   : cellar_fail(err, CELLAR_EFORMAT, "'%s' is not a zarr directory", dir);
-    }
     s->cache_id = zarr_cache_new_id();
     int rc = 0, missing = 0;
-    s->version = store_format(&s->files);
+    s->version = store_format(s->src);
     if (s->version < 0)
         rc = cellar_fail(err, CELLAR_EFORMAT,
                          "'%s' has no zarr.json, .zgroup or .zarray: not a zarr store", dir);
     if (!rc && s->version == 3) {
-        rc = load_json(&s->files, "", "zarr.json", &s->root_doc, &missing, err);
+        rc = load_json(s->src, "", "zarr.json", &s->root_doc, &missing, err);
         if (!rc && missing)
             rc = cellar_fail(err, CELLAR_EFORMAT, "'%s' lost its zarr.json", dir);
     }
@@ -587,6 +569,37 @@ int zarr_open(const char *dir, node **root, cellar_error *err)
     return rc;
 }
 
+
+int zarr_open(const char *dir, node **root, cellar_error *err)
+{
+    *root = NULL;
+    zarr_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", dir);
+    int e = zarr_dir_source_new(dir, &s->dir);
+    s->src = s->dir ? &s->dir->src : NULL;
+    if (e) {
+        zarr_store_free(s);
+        return e == ENOMEM ? cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", dir)
+               : e == EMFILE || e == ENFILE
+                   ? cellar_fail(err, CELLAR_EIO, "cannot open '%s' now: %s", dir, strerror(e))
+                   : cellar_fail(err, CELLAR_EFORMAT, "'%s' is not a zarr directory", dir);
+    }
+    return open_store(s, dir, root, err);
+}
+
+int zarr_open_source(zarr_source *src, const char *what, node **root, cellar_error *err)
+{
+    *root = NULL;
+    zarr_store *s = calloc(1, sizeof *s);
+    if (!s) {
+        src->ops->destroy(src);
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", what);
+    }
+    s->src = src;
+    return open_store(s, what, root, err);
+}
+
 /* The store of a tree opened by zarr_open (its root or any node). */
 static zarr_store *store_of(node *n)
 {
@@ -600,13 +613,14 @@ int zarr_format(node *root)
 
 int64_t zarr_changed_since_open(node *root)
 {
-    return atomic_load(&store_of(root)->files.changed);
+    zarr_source *src = store_of(root)->src;
+    return src->ops->changed(src);
 }
 
 int zarr_store_bytes(node *root, uint64_t *bytes)
 {
-    /* A store of a million chunk files is walked in about a second. */
-    return zarr_dir_bytes(&store_of(root)->files, 2000000, 2.0, bytes);
+    zarr_source *src = store_of(root)->src;
+    return src->ops->total_bytes(src, bytes);
 }
 
 int64_t zarr_settled_at(node *root)
@@ -615,35 +629,35 @@ int64_t zarr_settled_at(node *root)
     return changed ? changed + ZARR_SETTLE_NS : 0;
 }
 
+zarr_source *zarr_store_source(node *root)
+{
+    return store_of(root)->src;
+}
+
 int zarr_directory_fd(node *root)
 {
-    return store_of(root)->files.fd;
+    zarr_dir *d = store_of(root)->dir;
+    return d ? d->fd : -1;
 }
 
 /* ---- consolidating a v2 store ------------------------------------------- */
 
 /* Adds rel's .zgroup/.zarray/.zattrs to md and recurses into groups. */
-static int consolidate_node(zarr_dir *dir, const char *rel, int depth, json_t *md,
+static int consolidate_node(zarr_source *dir, const char *rel, int depth, json_t *md,
                             cellar_error *err);
-static int consolidate_node_v3(zarr_dir *dir, const char *rel, int depth, json_t *md,
+static int consolidate_node_v3(zarr_source *dir, const char *rel, int depth, json_t *md,
                                cellar_error *err);
 
 /* Consolidates every child node of the group rel (zarr format 2 or 3) into md. */
-static int consolidate_children(zarr_dir *dir, const char *rel, int depth, int format,
+static int consolidate_children(zarr_source *dir, const char *rel, int depth, int format,
                                 json_t *md, cellar_error *err)
 {
     if (depth >= ZARR_MAX_DEPTH)
         return cellar_fail(err, CELLAR_EFORMAT, "the store nests groups too deeply");
-    DIR *d = zarr_dir_list(dir, rel);
-    if (!d)
-        return cellar_fail(err, list_failure(errno), "cannot list '/%s': %s", rel,
-                           strerror(errno));
-    int rc = 0;
-    struct dirent *e;
-    while (!rc && (e = readdir(d))) {
-        if (!valid_name(e->d_name))
-            continue;
-        char *crel = rel[0] ? join_path(rel, e->d_name) : strdup(e->d_name);
+    name_list names = {0};
+    int rc = list_names(dir, rel, &names, err);
+    for (size_t i = 0; !rc && i < names.n; i++) {
+        char *crel = rel[0] ? join_path(rel, names.v[i]) : strdup(names.v[i]);
         if (!crel) {
             rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating metadata");
             break;
@@ -655,12 +669,11 @@ static int consolidate_children(zarr_dir *dir, const char *rel, int depth, int f
             rc = consolidate_node(dir, crel, depth + 1, md, err);
         free(crel);
     }
-    zarr_dir_note_fd(dir, dirfd(d));
-    closedir(d);
+    name_list_free(&names);
     return rc;
 }
 
-static int consolidate_node(zarr_dir *dir, const char *rel, int depth, json_t *md,
+static int consolidate_node(zarr_source *dir, const char *rel, int depth, json_t *md,
                             cellar_error *err)
 {
     static const char *files[] = {".zgroup", ".zarray", ".zattrs"};
@@ -697,7 +710,7 @@ int zarr_build_consolidated(node *root, char **json_text, size_t *len, cellar_er
         rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating metadata");
         goto done;
     }
-    rc = consolidate_node(&s->files, "", 0, md, err);
+    rc = consolidate_node(s->src, "", 0, md, err);
     if (rc)
         goto done;
     if (json_object_set(doc, "metadata", md)) {
@@ -725,7 +738,7 @@ static json_t *empty_inline_block(void)
 
 /* Adds the v3 document of rel and, for a group, of everything below it to md
  * under flattened relative paths ("obs", "obs/_index", ...). */
-static int consolidate_node_v3(zarr_dir *dir, const char *rel, int depth, json_t *md,
+static int consolidate_node_v3(zarr_source *dir, const char *rel, int depth, json_t *md,
                                cellar_error *err)
 {
     json_t *doc = NULL;
@@ -754,7 +767,7 @@ int zarr_build_consolidated_v3(node *root, char **json_text, size_t *len, cellar
     zarr_store *s = store_of(root);
     json_t *doc = NULL, *md = json_object();
     int missing = 0;
-    int rc = load_json(&s->files, "", "zarr.json", &doc, &missing, err);
+    int rc = load_json(s->src, "", "zarr.json", &doc, &missing, err);
     if (rc)
         goto done;
     if (missing) {
@@ -771,7 +784,7 @@ int zarr_build_consolidated_v3(node *root, char **json_text, size_t *len, cellar
         rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory consolidating metadata");
         goto done;
     }
-    rc = consolidate_node_v3(&s->files, "", 0, md, err);
+    rc = consolidate_node_v3(s->src, "", 0, md, err);
     if (rc)
         goto done;
     json_t *block = empty_inline_block();
@@ -909,32 +922,34 @@ int zarr_store_has_key(node *root, const char *key)
 
 /* ---- listing a directory of keys ----------------------------------------- */
 
-/* Whether the entry name of directory rel (open as dir) is one the raw
- * route would list: a subdirectory with a plain name, or a file that is a
- * zarr key.  *is_dir says which. */
-static int listed_entry(node *root, int dir, const char *rel, const struct dirent *e,
-                        int *is_dir)
+/* What the raw route lists of a directory: subdirectories with plain
+ * names (with a '/' added) and files that are zarr keys. */
+typedef struct key_listing {
+    node *root;
+    const char *rel;
+    name_list *l;
+} key_listing;
+
+static int add_listed_key(void *ctx, const char *name, zarr_entry_type type)
 {
-    *is_dir = 0;
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-        return 0;
-    unsigned char type = e->d_type;
-    if (type == DT_UNKNOWN || type == DT_LNK) {
-        struct stat st;
-        if (fstatat(dir, e->d_name, &st, 0) != 0)
+    key_listing *kl = ctx;
+    size_t nl = strlen(name);
+    char entry[1100];
+    if (type == ZARR_ENTRY_DIR) {
+        if (!valid_name(name) || name[nl - 1] == '~')
             return 0;
-        type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
+        int n = snprintf(entry, sizeof entry, "%s/", name);
+        if (n < 0 || (size_t)n >= sizeof entry)
+            return 0;
+        return name_add(kl->l, entry, (size_t)n) ? CELLAR_ENOMEM : 0;
     }
-    size_t nl = strlen(e->d_name);
-    if (type == DT_DIR) {
-        *is_dir = 1;
-        return valid_name(e->d_name) && e->d_name[nl - 1] != '~';
-    }
-    if (type != DT_REG)
+    if (type != ZARR_ENTRY_FILE)
         return 0;
     char key[4096];
-    int n = snprintf(key, sizeof key, "%s%s%s", rel, rel[0] ? "/" : "", e->d_name);
-    return n > 0 && (size_t)n < sizeof key && zarr_store_has_key(root, key);
+    int n = snprintf(key, sizeof key, "%s%s%s", kl->rel, kl->rel[0] ? "/" : "", name);
+    if (n <= 0 || (size_t)n >= sizeof key || !zarr_store_has_key(kl->root, key))
+        return 0;
+    return name_add(kl->l, name, nl) ? CELLAR_ENOMEM : 0;
 }
 
 int zarr_key_directory(node *root, const char *rel, arena *a, const char ***names,
@@ -943,29 +958,13 @@ int zarr_key_directory(node *root, const char *rel, arena *a, const char ***name
     *names = NULL;
     *count = 0;
     zarr_store *s = store_of(root);
-    DIR *d = zarr_dir_list(&s->files, rel);
-    if (!d) {
-        int e = errno;
-        if (e == ENOENT || e == ENOTDIR || e == EXDEV || e == ELOOP)
-            return cellar_fail(err, CELLAR_ENOTFOUND, "no directory '%s' in the store", rel);
-        return cellar_fail(err, list_failure(e), "cannot list '/%s': %s", rel, strerror(e));
-    }
     name_list l = {0};
-    int rc = 0;
-    struct dirent *e;
-    while (!rc && (e = readdir(d))) {
-        int is_dir = 0;
-        if (!listed_entry(root, dirfd(d), rel, e, &is_dir))
-            continue;
-        char name[1100];
-        int n = snprintf(name, sizeof name, "%s%s", e->d_name, is_dir ? "/" : "");
-        if (n < 0 || (size_t)n >= sizeof name)
-            continue;
-        if (name_add(&l, name, (size_t)n))
-            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '/%s'", rel);
-    }
-    zarr_dir_note_fd(&s->files, dirfd(d));
-    closedir(d);
+    key_listing kl = {root, rel, &l};
+    int rc = s->src->ops->list(s->src, rel, add_listed_key, &kl, err);
+    if (rc == CELLAR_ENOTFOUND)
+        rc = cellar_fail(err, CELLAR_ENOTFOUND, "no directory '%s' in the store", rel);
+    else if (rc == CELLAR_ENOMEM)
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '/%s'", rel);
     if (!rc && l.n)
         qsort(l.v, l.n, sizeof *l.v, cmp_str);
     const char **out = rc ? NULL : arena_calloc(a, l.n ? l.n : 1, sizeof *out);

@@ -25,6 +25,7 @@
 #include "common/arena.h"
 #include "common/error.h"
 #include "storage/node.h"
+#include "storage/zarr/zarr_source.h"
 
 /* Opens the zarr store in directory `dir` and returns its root node (a
  * group, or an array for a store that is one array) in *root; the caller
@@ -33,6 +34,16 @@
  * otherwise.  Errors: CELLAR_EFORMAT when dir is not a zarr store or its root
  * metadata is malformed, CELLAR_EIO, CELLAR_ENOMEM. */
 int zarr_open(const char *dir, node **root, cellar_error *err);
+
+/* Opens the zarr store whose keys src gives (a zip, a remote source:
+ * storage/zarr/zarr_source.h), as zarr_open does a directory; src is taken
+ * over (destroyed with the tree, or at once on failure).  what names the
+ * store in details. */
+int zarr_open_source(zarr_source *src, const char *what, node **root, cellar_error *err);
+
+/* The key source of the store version whose tree root was opened by
+ * zarr_open or zarr_open_source; owned by the version. */
+zarr_source *zarr_store_source(node *root);
 
 /* Builds the text of a v2 `.zmetadata` document ({"metadata": {...},
  * "zarr_consolidated_format": 1}) from the per-node metadata files of the v2
@@ -73,7 +84,8 @@ int zarr_store_bytes(node *root, uint64_t *bytes);
 
 /* The directory the store version (root from zarr_open) reads beneath,
  * opened O_PATH when it opened; it stays the version's own when the path
- * is later replaced.  Owned by the version: dup it to keep it longer. */
+ * is later replaced.  Owned by the version: dup it to keep it longer.  -1
+ * for a store of another source (zarr_open_source). */
 int zarr_directory_fd(node *root);
 
 /* Whether a file or directory the version read has changed since the

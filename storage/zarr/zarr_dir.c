@@ -121,9 +121,12 @@ static int64_t ns_of(struct timespec t)
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
+static const zarr_source_ops dir_ops;
+
 int zarr_dir_open(zarr_dir *d, const char *path)
 {
     memset(d, 0, sizeof *d);
+    d->src.ops = &dir_ops;
     d->fd = -1;
     /* Taken before anything is read: a change after it has a ctime at or
      * past it (the kernel stamps ctime from the same coarse clock). */
@@ -193,23 +196,31 @@ static void note_missing(zarr_dir *d, const char *rel)
     note_ctime(d, st.st_ctim);
 }
 
-int zarr_dir_open_file(zarr_dir *d, const char *rel, int *fd, uint64_t *size,
-                       cellar_error *err)
+static int open_file_st(zarr_dir *d, const char *rel, int *fd, struct stat *st,
+                        cellar_error *err)
 {
     *fd = -1;
     if (d->fd < 0)
         return 0;
-    struct stat st;
-    int rc = zarr_open_file_at(d->fd, d->path, rel, fd, &st, err);
+    int rc = zarr_open_file_at(d->fd, d->path, rel, fd, st, err);
     if (rc)
         return rc;
     if (*fd < 0) {
         note_missing(d, rel);
         return 0;
     }
-    note_ctime(d, st.st_ctim);
-    *size = (uint64_t)st.st_size;
+    note_ctime(d, st->st_ctim);
     return 0;
+}
+
+int zarr_dir_open_file(zarr_dir *d, const char *rel, int *fd, uint64_t *size,
+                       cellar_error *err)
+{
+    struct stat st;
+    int rc = open_file_st(d, rel, fd, &st, err);
+    if (!rc && *fd >= 0)
+        *size = (uint64_t)st.st_size;
+    return rc;
 }
 
 DIR *zarr_dir_list(zarr_dir *d, const char *rel)
@@ -297,5 +308,135 @@ int zarr_dir_bytes(zarr_dir *d, uint64_t max_entries, double max_seconds, uint64
     if (add_tree_bytes(dir, &w, 0) != 0)
         return -1;
     *bytes = w.bytes;
+    return 0;
+}
+
+/* ---- the directory as a key source ------------------------------------- */
+
+static int dir_open_key(zarr_source *s, const char *rel, zarr_key *k, cellar_error *err)
+{
+    memset(k, 0, sizeof *k);
+    struct stat st;
+    int rc = open_file_st((zarr_dir *)s, rel, &k->fd, &st, err);
+    if (rc || k->fd < 0)
+        return rc;
+    k->found = 1;
+    k->size = (uint64_t)st.st_size;
+    k->mtime = st.st_mtim;
+    return 0;
+}
+
+static int dir_read_key(zarr_source *s, zarr_key *k, uint64_t off, size_t n, void *buf,
+                        const char *what, cellar_error *err)
+{
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t got = pread(k->fd, p, n, (off_t)(k->offset + off));
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return cellar_fail(err, CELLAR_EIO, "reading %s failed: %s", what, strerror(errno));
+        if (got == 0)
+            return cellar_fail(err, CELLAR_EFORMAT, "%s ends early", what);
+        p += got;
+        n -= (size_t)got;
+        off += (uint64_t)got;
+    }
+    zarr_dir_note_fd((zarr_dir *)s, k->fd); /* a rewrite that began while it was read */
+    return 0;
+}
+
+static void dir_close_key(zarr_source *s, zarr_key *k)
+{
+    (void)s;
+    if (k->fd >= 0)
+        close(k->fd);
+    k->fd = -1;
+}
+
+/* The code of a directory that cannot be listed: gone, not a directory or
+ * leading outside is CELLAR_ENOTFOUND; the system short of descriptors or
+ * memory CELLAR_EIO; anything else (not readable) CELLAR_EFORMAT. */
+static int list_failure(int e, const char *rel, cellar_error *err)
+{
+    int code = e == ENOENT || e == ENOTDIR || e == EXDEV || e == ELOOP ? CELLAR_ENOTFOUND
+               : e == EMFILE || e == ENFILE || e == ENOMEM          ? CELLAR_EIO
+                                                                     : CELLAR_EFORMAT;
+    return cellar_fail(err, code, "cannot list '/%s': %s", rel, strerror(e));
+}
+
+/* What a directory entry is, symlinks followed (beneath the store: a link
+ * that leads out lists as what it points to but is never opened). */
+static zarr_entry_type entry_type(DIR *d, const struct dirent *e)
+{
+    unsigned char type = e->d_type;
+    if (type == DT_UNKNOWN || type == DT_LNK) {
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, 0) != 0)
+            return ZARR_ENTRY_OTHER;
+        type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
+    }
+    return type == DT_DIR ? ZARR_ENTRY_DIR : type == DT_REG ? ZARR_ENTRY_FILE : ZARR_ENTRY_OTHER;
+}
+
+static int dir_list(zarr_source *s, const char *rel, zarr_list_fn fn, void *ctx,
+                    cellar_error *err)
+{
+    zarr_dir *zd = (zarr_dir *)s;
+    DIR *d = zarr_dir_list(zd, rel);
+    if (!d)
+        return list_failure(errno, rel, err);
+    int rc = 0;
+    struct dirent *e;
+    while (!rc && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        rc = fn(ctx, e->d_name, entry_type(d, e));
+    }
+    zarr_dir_note_fd(zd, dirfd(d)); /* an entry added or removed meanwhile */
+    closedir(d);
+    return rc;
+}
+
+static int dir_total_bytes(zarr_source *s, uint64_t *bytes)
+{
+    /* A store of a million chunk files is walked in about a second. */
+    return zarr_dir_bytes((zarr_dir *)s, 2000000, 2.0, bytes);
+}
+
+static int64_t dir_changed(zarr_source *s)
+{
+    return atomic_load(&((zarr_dir *)s)->changed);
+}
+
+static void dir_destroy(zarr_source *s)
+{
+    zarr_dir_close((zarr_dir *)s);
+    free(s);
+}
+
+static const zarr_source_ops dir_ops = {
+    .open_key = dir_open_key,
+    .read_key = dir_read_key,
+    .close_key = dir_close_key,
+    .list = dir_list,
+    .total_bytes = dir_total_bytes,
+    .changed = dir_changed,
+    .destroy = dir_destroy,
+};
+
+int zarr_dir_source_new(const char *path, zarr_dir **out)
+{
+    *out = NULL;
+    zarr_dir *d = malloc(sizeof *d);
+    if (!d)
+        return ENOMEM;
+    int e = zarr_dir_open(d, path);
+    if (e) {
+        zarr_dir_close(d);
+        free(d);
+        return e;
+    }
+    *out = d;
     return 0;
 }

@@ -11,6 +11,7 @@
 
 #include "storage/codecs.h"
 #include "storage/node.h"
+#include "storage/zarr/zarr_source.h"
 
 #define ZARR_MAX_CODECS 8
 
@@ -95,21 +96,24 @@ int zarr_json_parse(const char *text, size_t len, json_t **out, const char *what
  * A/B run against the build before it (bench.zarr at BENCH_SCALE=1, caches
  * off, 100-row obs and X slices, 3 rounds of 5 s) within noise (1.02x and
  * 1.14x the requests/s). */
-/* How long a store must have been quiet for a version opened on it to be
- * trusted whole (see zarr_dir); writers put files down milliseconds apart. */
-#define ZARR_SETTLE_NS ((int64_t)500 * 1000 * 1000)
-
 typedef struct zarr_dir {
+    zarr_source src;          /* the directory as a key source (zarr_dir_open sets it) */
     int fd;                   /* O_PATH on the directory; -1: every file missing */
     char *path;               /* its path when opened (the openat2 fallback) */
     struct timespec born;     /* CLOCK_REALTIME_COARSE just before it opened */
     _Atomic int64_t changed;  /* ns since the epoch; 0 while nothing changed */
 } zarr_dir;
 
-/* Opens dir as the directory of a new version.  A directory that cannot
- * be opened leaves d->fd = -1 and returns the errno. */
+/* Opens dir as the directory of a new version, d->src its key source
+ * (whose destroy is not for a zarr_dir of the caller's: close it with
+ * zarr_dir_close).  A directory that cannot be opened leaves d->fd = -1
+ * (every key missing) and returns the errno. */
 int zarr_dir_open(zarr_dir *d, const char *path);
 void zarr_dir_close(zarr_dir *d);
+
+/* A new zarr_dir on the heap opened on path, as a key source whose destroy
+ * closes and frees it.  0, or the errno (*out NULL). */
+int zarr_dir_source_new(const char *path, zarr_dir **out);
 
 /* Opens the file at the store-relative path rel beneath d for reading
  * without leaving the store (zarr_open_file_at in storage/zarr/zarr.h:
@@ -135,10 +139,10 @@ DIR *zarr_dir_list(zarr_dir *d, const char *rel);
 int zarr_dir_bytes(zarr_dir *d, uint64_t max_entries, double max_seconds, uint64_t *bytes);
 
 /* Reads a selection of the array stored under directory `rel` of the store
- * version's directory d: numeric into out (out_bytes as node_read), strings
+ * version's key source src: numeric into out (out_bytes as node_read), strings
  * into sout from a (as node_read_strings; out NULL).  `what` is the node
  * path for details. */
-int zarr_array_read(const zarr_array *za, zarr_dir *d, const char *rel, const char *what,
+int zarr_array_read(const zarr_array *za, zarr_source *src, const char *rel, const char *what,
                     const dim_sel *sel, void *out, size_t out_bytes, arena *a, char **sout,
                     cellar_error *err);
 

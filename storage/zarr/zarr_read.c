@@ -49,7 +49,8 @@ typedef struct zchunk {
 /* One shard with its index loaded; its file is opened when an inner chunk
  * must be read (a cached index needs none). */
 typedef struct shard_slot {
-    int used, missing, fd;
+    int used, missing, opened; /* opened: k is open (found or not) */
+    zarr_key k;
     int64_t coord[NODE_MAX_DIMS];
     const uint64_t *pairs; /* 2 * nin: (offset, nbytes) */
     const zarr_cached *ref; /* holds pairs when cached */
@@ -64,7 +65,7 @@ typedef struct shard_slot {
 
 typedef struct zread {
     const zarr_array *za;
-    zarr_dir *dir;
+    zarr_source *src;
     const char *rel, *what;
     int ndim;
     const int64_t *cshape;
@@ -213,40 +214,32 @@ static int plan_dim(const dim_sel *s, int64_t csize, dim_plan *p)
 
 /* ---- files -------------------------------------------------------------- */
 
-static int pread_all(int fd, void *buf, size_t n, uint64_t off, const char *what,
-                     cellar_error *err)
-{
-    uint8_t *p = buf;
-    while (n) {
-        ssize_t got = pread(fd, p, n, (off_t)off);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            return cellar_fail(err, CELLAR_EIO, "reading %s failed: %s", what, strerror(errno));
-        if (got == 0)
-            return cellar_fail(err, CELLAR_EFORMAT, "%s ends early", what);
-        p += got;
-        n -= (size_t)got;
-        off += (uint64_t)got;
-    }
-    return 0;
-}
-
-/* Opens the chunk or shard file r->key of the array; *fd = -1 when it does
- * not exist. */
-static int open_key(zread *r, int *fd, uint64_t *size, cellar_error *err)
+/* Opens the chunk or shard key r->key of the array (found or not); close
+ * it with close_key after 0. */
+static int open_key(zread *r, zarr_key *k, cellar_error *err)
 {
     char rel[4096];
-    *fd = -1;
     int n = snprintf(rel, sizeof rel, "%s%s%s", r->rel, r->rel[0] ? "/" : "", r->key);
     if (n < 0 || (size_t)n >= sizeof rel)
         return cellar_fail(err, CELLAR_EFORMAT, "chunk path of '%s' is too long", r->what);
     cellar_error local;
     cellar_error_clear(&local);
-    int rc = zarr_dir_open_file(r->dir, rel, fd, size, &local);
+    int rc = r->src->ops->open_key(r->src, rel, k, &local);
     if (rc)
         return cellar_fail(err, rc, "chunk '%s' of '%s': %s", r->key, r->what, local.detail);
     return 0;
+}
+
+static void close_key(zread *r, zarr_key *k)
+{
+    r->src->ops->close_key(r->src, k);
+}
+
+/* Reads n bytes at off of the opened key k. */
+static int read_key(zread *r, zarr_key *k, void *buf, size_t n, uint64_t off, const char *what,
+                    cellar_error *err)
+{
+    return r->src->ops->read_key(r->src, k, off, n, buf, what, err);
 }
 
 static void make_key(zread *r, const int64_t *coords)
@@ -508,13 +501,15 @@ static int read_whole_chunk(zread *r, const int64_t *coords, zchunk *c, int *mis
     if (chunk_cached(r, coords, c))
         return 0;
     make_key(r, coords);
-    int fd = -1;
-    uint64_t size = 0;
-    int rc = open_key(r, &fd, &size, err);
-    *missing = fd < 0;
-    if (rc || fd < 0)
+    zarr_key k;
+    int rc = open_key(r, &k, err);
+    if (rc)
         return rc;
+    *missing = !k.found;
+    uint64_t size = k.size;
     uint8_t *raw = NULL;
+    if (!k.found)
+        goto done;
     if (size > ZARR_MAX_FILE) {
         rc = cellar_fail(err, CELLAR_EFORMAT, "chunk '%s' of '%s' is too large", r->key,
                          r->what);
@@ -527,32 +522,30 @@ static int read_whole_chunk(zread *r, const int64_t *coords, zchunk *c, int *mis
     }
     char what[700];
     snprintf(what, sizeof what, "chunk '%s' of '%s'", r->key, r->what);
-    rc = pread_all(fd, raw, (size_t)size, 0, what, err);
-    zarr_dir_note_fd(r->dir, fd); /* a rewrite that began while it was read */
+    rc = read_key(r, &k, raw, (size_t)size, 0, what, err);
     if (!rc) {
         rc = chunk_decode(r, coords, raw, (size_t)size, c, err);
         raw = NULL;
     }
 done:
     free(raw);
-    close(fd);
+    close_key(r, &k);
     return rc;
 }
 
-static void slot_clear(shard_slot *sl)
+static void slot_clear(zread *r, shard_slot *sl)
 {
-    if (sl->fd >= 0)
-        close(sl->fd);
+    if (sl->opened)
+        close_key(r, &sl->k);
     zarr_cache_release(sl->ref);
     free(sl->own);
     memset(sl, 0, sizeof *sl);
-    sl->fd = -1;
 }
 
 static void shards_close(zread *r)
 {
     for (int i = 0; i < r->nslots; i++)
-        slot_clear(&r->slots[i]);
+        slot_clear(r, &r->slots[i]);
 }
 
 /* Reads and decodes the index of the shard open in sl. */
@@ -571,8 +564,7 @@ static int shard_index_load(zread *r, shard_slot *sl, uint64_t size, cellar_erro
         rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", what);
         goto done;
     }
-    rc = pread_all(sl->fd, idx, isz, za->index_at_start ? 0 : size - isz, what, err);
-    zarr_dir_note_fd(r->dir, sl->fd);
+    rc = read_key(r, &sl->k, idx, isz, za->index_at_start ? 0 : size - isz, what, err);
     if (!rc)
         rc = codec_shard_index_decode(idx, isz, r->nin, za->index_big_endian, za->index_crc,
                                       size, pairs, what, err);
@@ -601,7 +593,7 @@ done:
 
 static int shard_load(zread *r, shard_slot *sl, const int64_t *scoord, cellar_error *err)
 {
-    slot_clear(sl);
+    slot_clear(r, sl);
     make_key(r, scoord);
     memcpy(sl->key, r->key, sizeof sl->key);
     memcpy(sl->coord, scoord, sizeof sl->coord);
@@ -615,13 +607,13 @@ static int shard_load(zread *r, shard_slot *sl, const int64_t *scoord, cellar_er
             return 0;
         }
     }
-    uint64_t size = 0;
-    int rc = open_key(r, &sl->fd, &size, err);
+    int rc = open_key(r, &sl->k, err);
     if (rc)
         return rc;
-    sl->missing = sl->fd < 0;
+    sl->opened = 1;
+    sl->missing = !sl->k.found;
     if (!sl->missing)
-        rc = shard_index_load(r, sl, size, err);
+        rc = shard_index_load(r, sl, sl->k.size, err);
     sl->used = rc == 0;
     return rc;
 }
@@ -665,22 +657,25 @@ static int read_inner_chunk(zread *r, const int64_t *coords, zchunk *c, int *mis
     char what[700];
     snprintf(what, sizeof what, "inner chunk %llu of shard '%s' of '%s'",
              (unsigned long long)lin, sl->key, r->what);
-    if (sl->fd < 0) {
+    if (!sl->opened) {
         /* The index came from the cache: open the shard now. */
-        uint64_t size = 0;
-        rc = open_key(r, &sl->fd, &size, err);
+        rc = open_key(r, &sl->k, err);
         if (rc)
             return rc;
-        if (sl->fd < 0)
-            return cellar_fail(err, CELLAR_EIO, "%s disappeared", what);
+        sl->opened = 1;
     }
+    if (!sl->k.found)
+        return cellar_fail(err, CELLAR_EIO, "%s disappeared", what);
     if (nb > ZARR_MAX_FILE)
         return cellar_fail(err, CELLAR_EFORMAT, "%s is too large", what);
     uint8_t *raw = malloc(nb ? (size_t)nb : 1);
     if (!raw)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", what);
-    rc = pread_all(sl->fd, raw, (size_t)nb, off, what, err);
-    zarr_dir_note_fd(r->dir, sl->fd);
+    if (off > sl->k.size || nb > sl->k.size - off) {
+        free(raw);
+        return cellar_fail(err, CELLAR_EFORMAT, "%s ends early", what);
+    }
+    rc = read_key(r, &sl->k, raw, (size_t)nb, off, what, err);
     if (rc) {
         free(raw);
         return rc;
@@ -720,7 +715,7 @@ static int read_all_chunks(zread *r, cellar_error *err)
     }
 }
 
-int zarr_array_read(const zarr_array *za, zarr_dir *dir, const char *rel, const char *what,
+int zarr_array_read(const zarr_array *za, zarr_source *src, const char *rel, const char *what,
                     const dim_sel *sel, void *out, size_t out_bytes, arena *a, char **sout,
                     cellar_error *err)
 {
@@ -730,7 +725,7 @@ int zarr_array_read(const zarr_array *za, zarr_dir *dir, const char *rel, const 
     zread r;
     memset(&r, 0, sizeof r);
     r.za = za;
-    r.dir = dir;
+    r.src = src;
     r.rel = rel;
     r.what = what;
     r.ndim = za->ndim;
@@ -763,8 +758,6 @@ int zarr_array_read(const zarr_array *za, zarr_dir *dir, const char *rel, const 
             r.nin *= (uint64_t)r.cps[d];
         }
         r.nslots = r.nin * 16 <= ((uint64_t)256 << 10) ? SHARD_SLOTS : 1;
-        for (int i = 0; i < r.nslots; i++)
-            r.slots[i].fd = -1;
     }
     int64_t os = 1;
     for (int d = za->ndim - 1; d >= 0; d--) {

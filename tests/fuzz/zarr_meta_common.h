@@ -38,7 +38,7 @@ static void fuzz_read_fill(const zarr_array *za)
         arena *a = arena_new();
         char *out[256];
         MUST(a != NULL);
-        int rc = zarr_array_read(za, &none, "", "fuzz", sel, NULL, 0, a, out, &err);
+        int rc = zarr_array_read(za, &none.src, "", "fuzz", sel, NULL, 0, a, out, &err);
         zarr_dir_close(&none);
         MUST(rc == 0);
         for (size_t i = 0; i < count; i++)
@@ -49,7 +49,7 @@ static void fuzz_read_fill(const zarr_array *za)
     uint8_t out[256 * 8];
     size_t es = dtype_size(za->dtype);
     MUST(es > 0 && es <= 8);
-    int rc = zarr_array_read(za, &none, "", "fuzz", sel, out, count * es, NULL, NULL, &err);
+    int rc = zarr_array_read(za, &none.src, "", "fuzz", sel, out, count * es, NULL, NULL, &err);
     zarr_dir_close(&none);
     MUST(rc == 0);
     for (size_t i = 0; i < count; i++)

@@ -141,12 +141,12 @@ static void read_first_chunk(const zarr_array *za, uint8_t mode, const char *rel
     int rc;
     if (za->unsupported) {
         /* An unknown dtype or codec parses, and every read of it fails. */
-        rc = zarr_array_read(za, &dir, rel, "fuzz", sel, NULL, 0, a, NULL, &err);
+        rc = zarr_array_read(za, &dir.src, rel, "fuzz", sel, NULL, 0, a, NULL, &err);
         MUST(rc == CELLAR_EFORMAT);
     } else if (za->dtype == DT_STRING) {
         char **out = arena_calloc(a, total, sizeof *out);
         MUST(out != NULL);
-        rc = zarr_array_read(za, &dir, rel, "fuzz", sel, NULL, 0, a, out, &err);
+        rc = zarr_array_read(za, &dir.src, rel, "fuzz", sel, NULL, 0, a, out, &err);
         for (size_t i = 0; rc == 0 && i < total; i++)
             MUST(out[i] != NULL);
         if (rc == 0 && za->kind == ZK_VLEN_UTF8)
@@ -157,7 +157,7 @@ static void read_first_chunk(const zarr_array *za, uint8_t mode, const char *rel
         MUST(es > 0 && es <= 8);
         uint8_t *out = arena_alloc(a, total * es);
         MUST(out != NULL);
-        rc = zarr_array_read(za, &dir, rel, "fuzz", sel, out, total * es, NULL, NULL,
+        rc = zarr_array_read(za, &dir.src, rel, "fuzz", sel, out, total * es, NULL, NULL,
                              &err);
     }
     if (rc)
