@@ -99,20 +99,28 @@ done:
     return rc;
 }
 
-static int file_exists(zarr_source *src, const char *rel, const char *file)
+/* 1 when rel/file is there, 0 when not, or the code of a key that is
+ * there but cannot be opened (err says why). */
+static int key_state(zarr_source *src, const char *rel, const char *file, cellar_error *err)
 {
     char path[4096];
     int n = snprintf(path, sizeof path, "%s%s%s", rel, rel[0] ? "/" : "", file);
     if (n < 0 || (size_t)n >= sizeof path)
         return 0;
     zarr_key k;
-    cellar_error ignored;
-    cellar_error_clear(&ignored);
-    if (src->ops->open_key(src, path, &k, &ignored))
-        return 0;
+    int rc = src->ops->open_key(src, path, &k, err);
+    if (rc)
+        return rc;
     int found = k.found;
     src->ops->close_key(src, &k);
     return found;
+}
+
+static int file_exists(zarr_source *src, const char *rel, const char *file)
+{
+    cellar_error ignored;
+    cellar_error_clear(&ignored);
+    return key_state(src, rel, file, &ignored) == 1;
 }
 
 static json_t *cmeta_get(const zarr_store *s, const char *rel, const char *suffix)
@@ -502,15 +510,27 @@ static int zarr_read_strings_op(node *n, const dim_sel *sel, arena *a, char **ou
 /* ---- opening ------------------------------------------------------------ */
 
 /* The format of the store in d: 3 when it has a root zarr.json, 2 when it
- * has a root .zgroup, .zarray or .zmetadata, else CELLAR_EFORMAT. */
-static int store_format(zarr_source *d)
+ * has a root .zgroup, .zarray or .zmetadata, else CELLAR_EFORMAT (err set
+ * when a root document is there but cannot be opened). */
+static int store_format(zarr_source *d, const char *what, cellar_error *err)
 {
-    if (file_exists(d, "", "zarr.json"))
-        return 3;
-    if (file_exists(d, "", ".zgroup") || file_exists(d, "", ".zarray") ||
-        file_exists(d, "", ".zmetadata"))
-        return 2;
-    return CELLAR_EFORMAT;
+    static const char *const v2[] = {".zgroup", ".zarray", ".zmetadata"};
+    int rc = key_state(d, "", "zarr.json", err);
+    if (rc)
+        return rc == 1 ? 3 : rc;
+    for (size_t i = 0; i < sizeof v2 / sizeof *v2; i++) {
+        cellar_error local;
+        cellar_error_clear(&local);
+        rc = key_state(d, "", v2[i], &local);
+        if (rc == 1)
+            return 2;
+        if (rc)
+            *err = local; /* reported only when no other one is there */
+    }
+    if (rc < 0)
+        return rc;
+    return cellar_fail(err, CELLAR_EFORMAT,
+                       "'%s' has no zarr.json, .zgroup or .zarray: not a zarr store", what);
 }
 
 static void load_consolidated(zarr_store *s)
@@ -541,10 +561,9 @@ static int open_store(zarr_store *s, const char *dir, node **root, cellar_error 
 {
     s->cache_id = zarr_cache_new_id();
     int rc = 0, missing = 0;
-    s->version = store_format(s->src);
+    s->version = store_format(s->src, dir, err);
     if (s->version < 0)
-        rc = cellar_fail(err, CELLAR_EFORMAT,
-                         "'%s' has no zarr.json, .zgroup or .zarray: not a zarr store", dir);
+        rc = s->version;
     if (!rc && s->version == 3) {
         rc = load_json(s->src, "", "zarr.json", &s->root_doc, &missing, err);
         if (!rc && missing)
@@ -656,6 +675,8 @@ static int consolidate_children(zarr_source *dir, const char *rel, int depth, in
         return cellar_fail(err, CELLAR_EFORMAT, "the store nests groups too deeply");
     name_list names = {0};
     int rc = list_names(dir, rel, &names, err);
+    if (!rc && names.n) /* the same document whatever order the source lists in */
+        qsort(names.v, names.n, sizeof *names.v, cmp_str);
     for (size_t i = 0; !rc && i < names.n; i++) {
         char *crel = rel[0] ? join_path(rel, names.v[i]) : strdup(names.v[i]);
         if (!crel) {
