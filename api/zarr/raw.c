@@ -1,6 +1,9 @@
 /* GET/HEAD /v1/stores/{store}/zarr/{key}: the stored bytes of one key of a
  * .zarr directory store, so zarr clients (zarr-python over fsspec HTTP,
- * zarrita.js) read a store through cellar unchanged.
+ * zarrita.js) read a store through cellar unchanged.  Keys of a store of
+ * another key source (a zip: serve_source_key) are answered from the
+ * source with the same validators, Range and listing; what follows is
+ * about directory stores.
  *
  * The key's file is opened here and handed to the server as res->fd, which
  * sends it with sendfile (no copy, no compression); a key written in the

@@ -1,6 +1,8 @@
-/* The zarr backend of storage/node.h: directory stores in zarr format v2
+/* The zarr backend of storage/node.h: stores in zarr format v2
  * (.zgroup/.zarray/.zattrs, optional .zmetadata) and v3 (zarr.json, with
- * optional inline consolidated metadata), read-only.
+ * optional inline consolidated metadata), read-only, from a directory or
+ * any other key source (storage/zarr/zarr_source.h: a zip file, later
+ * remote stores).
  *
  * Supported subset: numeric and bool arrays, vlen-utf8/vlen-bytes strings,
  * fixed-length numpy unicode (<U) and bytes (|S) strings; C and F order and
