@@ -141,6 +141,11 @@ def load_client(section, cfg):
                 f"times per store, and {R.env_int('BENCH_PROBE_FIRST_RUNS', PROBE_FIRST_RUNS) * n}"
                 " first requests per store and probe mode, one GET (urllib) per freshly "
                 f"started cellar" + (f" (BENCH_REPEAT={n})" if n > 1 else ""))
+    if section == "viewer":
+        import viewer
+        n = viewer.PAGE_LOADS * max(cfg.get("repeat", 1), 1)
+        return (f"runs: `bench/viewer_time.mjs` (playwright-core, Debian's Chromium), {n} page "
+                f"loads per store, and {n} GETs (urllib) of the embedding")
     return wrk
 
 
