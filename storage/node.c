@@ -122,6 +122,12 @@ const char *node_name(const node *n)
     return n->name;
 }
 
+/* Groups have children, and arrays of records have their fields. */
+static int node_has_children(const node *n)
+{
+    return n->info.type == NODE_GROUP || (n->info.type == NODE_ARRAY && n->info.n_fields > 0);
+}
+
 /* Absent names kept per node: the usual probes ("raw", "layers", ...), not
  * every name a client may try. */
 #define NODE_ABSENT_MAX 16
@@ -171,7 +177,7 @@ static int listed_child(node *n, const char *name, cellar_error *err)
 int node_child(node *n, const char *name, node **out, cellar_error *err)
 {
     *out = NULL;
-    if (n->info.type != NODE_GROUP)
+    if (!node_has_children(n))
         return cellar_fail(err, CELLAR_ENOTFOUND, "'%s' is not a group", n->path);
     if (!name[0] || strchr(name, '/'))
         return cellar_fail(err, CELLAR_ENOTFOUND, "no element '%s' in '%s'", name, n->path);
@@ -290,7 +296,7 @@ int node_children(node *n, arena *a, const char ***names, size_t *count, cellar_
 {
     *names = NULL;
     *count = 0;
-    if (n->info.type != NODE_GROUP)
+    if (!node_has_children(n))
         return cellar_fail(err, CELLAR_ENOTFOUND, "'%s' is not a group", n->path);
     if (n->ops->mutable_nodes)
         return n->ops->list_children(n, a, names, count, err);

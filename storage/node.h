@@ -37,6 +37,11 @@ typedef struct node_info {
     dtype_kind dtype;       /* DT_NONE for groups and unreadable types */
     int stored_big_endian;  /* the bytes on disk are big-endian */
     size_t string_size;     /* fixed-length strings: bytes per item; 0 = variable */
+    /* Arrays of records (HDF5 compound types, as anndata before 0.7 wrote
+     * obs, var, obsm and varm): how many fields each record has, each
+     * field readable as an array of its own (see node_child); dtype is
+     * then DT_NONE.  0 for every other node. */
+    int n_fields;
 } node_info;
 
 /* Type, shape, dtype. Never NULL. */
@@ -59,7 +64,10 @@ const char *node_path(const node *n);
 /* The name of the node within its parent ("" for the root). */
 const char *node_name(const node *n);
 
-/* Looks up a direct child of a group.  *out is borrowed (see above).
+/* Looks up a direct child of a group, or a field of an array of records
+ * (n_fields > 0): an array of the records' shape, followed by the field's
+ * own dimensions when the field is itself an array (a compound member
+ * float32[50] of a 1-D dataset is a 2-D field).  *out is borrowed (see above).
  * CELLAR_ENOTFOUND when there is no such child (detail names it),
  * CELLAR_EFORMAT when the child exists but cannot be opened. */
 int node_child(node *n, const char *name, node **out, cellar_error *err);
@@ -72,7 +80,8 @@ node *node_child_opt(node *n, const char *name);
 int node_resolve(node *n, const char *path, node **out, cellar_error *err);
 
 /* Names of a group's children, in the backend's natural order (HDF5 creation
- * order where tracked, else name order).  The array is allocated from a
+ * order where tracked, else name order), or an array of records' fields in
+ * their stored order.  The array is allocated from a
  * (callers may reorder it); the names are borrowed from the node, which
  * lists its children once and keeps the listing (valid until the tree is
  * freed). */

@@ -4,6 +4,7 @@
 
 #include "api/encode/npy_out.h"
 #include "storage/anndata/anndata.h"
+#include "storage/anndata/legacy.h"
 
 int api_ad_group(api_request *req, node **out, cellar_error *err)
 {
@@ -20,8 +21,16 @@ int api_ad_group(api_request *req, node **out, cellar_error *err)
         if (rc)
             return rc;
     }
+    rc = legacy_view(g, &g, err);
+    if (rc)
+        return rc;
     if (req->raw) {
-        node *raw = node_child_opt(g, "raw");
+        node *raw = NULL;
+        cellar_error local;
+        cellar_error_clear(&local);
+        rc = node_child(g, "raw", &raw, &local);
+        if (rc && rc != CELLAR_ENOTFOUND)
+            return cellar_fail(err, rc, "%s", local.detail); /* there, but unreadable */
         if (!raw || node_get_info(raw)->type != NODE_GROUP) {
             if (req->mod)
                 return cellar_fail(err, CELLAR_ENOTFOUND, "modality '%s' of store '%s' has no raw",

@@ -7,6 +7,7 @@
 #include "api/v1/routes.h"
 #include "api/encode/json_out.h"
 #include "storage/anndata/anndata.h"
+#include "storage/anndata/legacy.h"
 #include "storage/anndata/column_index.h"
 #include "storage/anndata/matrix.h"
 #include "storage/registry.h"
@@ -310,9 +311,11 @@ static int summary_treedata(doc *d, store *s, node *root, arena *a, cellar_error
 /* The summary document of store s into d->root. */
 static int summary_doc(doc *d, store *s, arena *a, cellar_error *err)
 {
-    node *root = store_root(s);
+    node *root;
     anndata_info ai;
-    int rc = anndata_open(root, &ai, err);
+    int rc = legacy_view(store_root(s), &root, err);
+    if (!rc)
+        rc = anndata_open(root, &ai, err);
     if (rc)
         return rc;
     store_kind kind = store_get_kind(s);
@@ -344,7 +347,7 @@ static int summary_doc(doc *d, store *s, arena *a, cellar_error *err)
             set(d, d->root, "mod", mods);
         }
     } else if (kind == KIND_TREEDATA) {
-        rc = summary_treedata(d, s, root, a, err);
+        rc = summary_treedata(d, s, store_root(s), a, err);
     }
     if (!rc && d->failed)
         rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory building the answer");
@@ -429,7 +432,12 @@ static int summary_from_cache(store *s, const rendered *r, api_response *res,
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
     if (r->hole < r->hole_end) {
         doc d = {NULL, 0, 0, 1};
-        json_t *ci = column_index_summary(&d, s, node_child_opt(store_root(s), "X"));
+        node *root = store_root(s);
+        cellar_error ignored;
+        cellar_error_clear(&ignored);
+        if (legacy_view(root, &root, &ignored))
+            root = store_root(s); /* the summary kept was made through the view */
+        json_t *ci = column_index_summary(&d, s, node_child_opt(root, "X"));
         /* The index's state moves on (absent, building, ready): until it is
          * ready the server must not keep this answer for repeated requests. */
         const char *state = json_string_value(json_object_get(ci, "state"));

@@ -22,6 +22,7 @@ typedef struct uns_ctx {
     json_out *j;
     cellar_error *err;
     int rc;          /* first read failure */
+    int hdf5;        /* the store is HDF5 (read_dataset's rules differ by backend) */
 } uns_ctx;
 
 static uint64_t item_count(const node_info *in)
@@ -92,12 +93,67 @@ static void write_nested(json_out *j, const node_info *in, dtype_kind dt, const 
     json_out_array_close(j);
 }
 
+static void write_array(uns_ctx *c, node *n);
+
+/* An array of records (a rec-array, or a compound array anndata < 0.7
+ * wrote) as an object of its fields, each an array of the records'
+ * shape, in stored order. */
+static void write_records(uns_ctx *c, node *n)
+{
+    const char **names = NULL;
+    size_t count = 0;
+    int rc = node_children(n, c->req->arena, &names, &count, c->err);
+    if (rc) {
+        if (!c->rc)
+            c->rc = rc;
+        json_out_null(c->j);
+        return;
+    }
+    json_out_map_open(c->j);
+    for (size_t i = 0; i < count && json_out_ok(c->j); i++) {
+        node *f = node_child_opt(n, names[i]);
+        json_out_str(c->j, names[i]);
+        if (f)
+            write_array(c, f);
+        else
+            json_out_null(c->j);
+    }
+    json_out_map_close(c->j);
+}
+
+/* anndata's read_dataset (h5ad): a dataset of fixed-length byte strings
+ * without an encoding that holds one value is that string (old writers
+ * stored scalars as 1-element arrays). */
+static int is_boxed_bytes(const uns_ctx *c, node *n)
+{
+    const node_info *in = node_get_info(n);
+    return c->hdf5 && !element_encoding(n) && in->dtype == DT_STRING && in->string_size > 0 &&
+           in->ndim == 1 && in->shape[0] == 1;
+}
+
 static void write_array(uns_ctx *c, node *n)
 {
     const node_info *in = node_get_info(n);
     json_out *j = c->j;
     if (in->ndim < 0) {
         json_out_null(j);
+        return;
+    }
+    if (in->n_fields > 0) {
+        write_records(c, n);
+        return;
+    }
+    if (is_boxed_bytes(c, n)) {
+        dim_sel one = dim_sel_range(0, 1);
+        char *v = NULL;
+        int rc = node_read_strings(n, &one, c->req->arena, &v, c->err);
+        if (rc) {
+            if (!c->rc)
+                c->rc = rc;
+            json_out_null(j);
+        } else {
+            json_out_str(j, v);
+        }
         return;
     }
     uint64_t count = item_count(in);
@@ -175,8 +231,12 @@ static void write_node(uns_ctx *c, node *n, int depth, int top)
             json_out_null(c->j);
             return;
         }
-        if (!top && item_count(in) > UNS_INLINE_MAX && in->ndim > 0) {
-            summary(c, n, enc ? enc : "array");
+        uint64_t items = item_count(in);
+        if (in->n_fields > 0)
+            items = items > UINT64_MAX / (uint64_t)in->n_fields ? UINT64_MAX
+                                                                 : items * (uint64_t)in->n_fields;
+        if (!top && items > UNS_INLINE_MAX && in->ndim > 0) {
+            summary(c, n, enc ? enc : in->n_fields > 0 ? "rec-array" : "array");
             return;
         }
         write_array(c, n);
@@ -219,8 +279,10 @@ int api_uns(api_request *req, api_response *res, cellar_error *err)
                        : rc;
         const node_info *in = node_get_info(n);
         if (in->type == NODE_ARRAY && in->ndim > 0) {
-            uint64_t per = in->dtype == DT_STRING ? 24 : 25;
+            uint64_t per = in->dtype == DT_STRING || in->n_fields > 0 ? 24 : 25;
             uint64_t count = item_count(in);
+            if (in->n_fields > 0) /* strings of up to 200 bytes are usual in records */
+                per = 24 * (uint64_t)in->n_fields;
             rc = api_check_budget(req, count > UINT64_MAX / per ? UINT64_MAX : count * per,
                                   "items", per, err);
             if (rc)
@@ -232,7 +294,7 @@ int api_uns(api_request *req, api_response *res, cellar_error *err)
     rc = json_out_init(&j, &res->body, api_limit(req), err);
     if (rc)
         return rc;
-    uns_ctx c = {req, &j, err, 0};
+    uns_ctx c = {req, &j, err, 0, store_get_backend(req->store) == BACKEND_HDF5};
     write_node(&c, n, 0, 1);
     rc = c.rc ? c.rc : json_out_finish(&j, "ask for one part of uns by its path", err);
     json_out_destroy(&j);

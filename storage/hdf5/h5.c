@@ -47,6 +47,8 @@
  * number); others get their stored chunk bytes through libhdf5, one chunk
  * at a time, and decode them outside it. */
 #define H5_DIRECT_TABLE_MAX 2048
+/* Compound types with more members than this are not split into fields. */
+#define H5_FIELDS_MAX 65536
 
 /* Direct reads (storage/hdf5/h5_direct.c): 0 off, 1 on, 2 on without chunk
  * tables.  A setting, not shared state: h5_set_direct_reads. */
@@ -71,6 +73,11 @@ typedef struct h5_node {
     char *file_path;   /* root only: the path it was opened by (malloc'd) */
     uint64_t file_size;
     uint64_t chunk_base;
+    /* fields of a compound dataset (node_child of an array of records):
+     * obj is the dataset's, memtype a compound of the one member; for a
+     * member that is an array, its values per record (else 0) */
+    int field;
+    size_t field_inner;
     /* datasets: the direct-read plan, made on first read under dlock */
     pthread_mutex_t dlock;
     int dlock_init;
@@ -672,6 +679,10 @@ static int array_info_load(node *n, h5_node *h, cellar_error *err)
         rc = h5_fail(err, CELLAR_EFORMAT, "cannot map the type of '%s'", n->path);
         goto done;
     }
+    if (H5Tget_class(h->ftype) == H5T_COMPOUND) {
+        int members = H5Tget_nmembers(h->ftype);
+        n->info.n_fields = members > 0 && members <= H5_FIELDS_MAX ? members : 0;
+    }
     if (h->memtype >= 0 && (h->vlen || H5Tequal(h->ftype, h->memtype) <= 0)) {
         size_t fs = H5Tget_size(h->ftype), ms = H5Tget_size(h->memtype);
         /* a vlen element takes 16 bytes on disk whatever its memory size */
@@ -709,12 +720,10 @@ static int values_in_this_file(const node *n, const h5_node *h, cellar_error *er
     return 0;
 }
 
-/* Makes the node for the open object obj (a group or dataset), taking
- * ownership of obj whatever happens. */
-static int h5_node_wrap(node *parent, const char *name, hid_t obj, hid_t file, node **out,
-                        cellar_error *err)
+/* A new node holding the open object obj (and, for the root, file),
+ * taking ownership of both whatever happens; NULL when out of memory. */
+static node *h5_node_alloc(node *parent, const char *name, hid_t obj, hid_t file)
 {
-    *out = NULL;
     node *n = node_new(&h5_ops, parent, name);
     h5_node *h = n ? calloc(1, sizeof *h) : NULL;
     if (!h) {
@@ -722,7 +731,7 @@ static int h5_node_wrap(node *parent, const char *name, hid_t obj, hid_t file, n
         H5Oclose(obj);
         if (file >= 0)
             H5Fclose(file);
-        return cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", name);
+        return NULL;
     }
     h->obj = obj;
     h->file = file;
@@ -732,6 +741,19 @@ static int h5_node_wrap(node *parent, const char *name, hid_t obj, hid_t file, n
     atomic_init(&h->dstate, DIRECT_UNPLANNED);
     h->dlock_init = pthread_mutex_init(&h->dlock, NULL) == 0;
     n->impl = h;
+    return n;
+}
+
+/* Makes the node for the open object obj (a group or dataset), taking
+ * ownership of obj whatever happens. */
+static int h5_node_wrap(node *parent, const char *name, hid_t obj, hid_t file, node **out,
+                        cellar_error *err)
+{
+    *out = NULL;
+    node *n = h5_node_alloc(parent, name, obj, file);
+    if (!n)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", name);
+    h5_node *h = n->impl;
     int rc = 0;
     H5I_type_t it = H5Iget_type(obj);
     if (it == H5I_GROUP) {
@@ -751,6 +773,169 @@ static int h5_node_wrap(node *parent, const char *name, hid_t obj, hid_t file, n
         return rc;
     }
     *out = n;
+    return 0;
+}
+
+/* ---------------------------------------------------- compound fields */
+
+/* Makes memtype of a field node: a compound of the one member `name`, of
+ * member (or, when adims is not NULL, of an array of member over adims),
+ * so that H5Dread picks that member out of each record. */
+static int field_memtype(h5_node *h, const char *name, int andims, const hsize_t *adims)
+{
+    hid_t member = h->memtype, arr = H5I_INVALID_HID;
+    if (andims) {
+        arr = H5Tarray_create2(h->memtype, (unsigned)andims, adims);
+        if (arr < 0)
+            return -1;
+        member = arr;
+    }
+    size_t msize = H5Tget_size(member);
+    hid_t cmp = msize ? H5Tcreate(H5T_COMPOUND, msize) : H5I_INVALID_HID;
+    int rc = cmp >= 0 && H5Tinsert(cmp, name, 0, member) >= 0 ? 0 : -1;
+    if (arr >= 0)
+        H5Tclose(arr);
+    if (rc) {
+        if (cmp >= 0)
+            H5Tclose(cmp);
+        return -1;
+    }
+    if (h->own_memtype)
+        H5Tclose(h->memtype);
+    h->memtype = cmp;
+    h->own_memtype = 1;
+    size_t rec = H5Tget_size(h->ftype);
+    h->conv_size = rec > msize ? rec : msize;
+    if (h->conv_size < 32)
+        h->conv_size = 32;
+    return 0;
+}
+
+/* Forgets a field's type: it is listed but not readable (DT_NONE). */
+static void field_unreadable(node *n, h5_node *h)
+{
+    if (h->own_memtype && h->memtype >= 0)
+        H5Tclose(h->memtype);
+    h->memtype = H5I_INVALID_HID;
+    h->own_memtype = 0;
+    n->info.dtype = DT_NONE;
+    n->info.string_size = 0;
+}
+
+/* Shape, dtype and memory type of the field node n whose member type is
+ * mt, in the records of parent.  A member that is an array adds its
+ * dimensions (1-D records only); members of other classes, and arrays of
+ * strings, are DT_NONE. */
+static int field_info_load(node *n, h5_node *h, const node *parent, hid_t mt,
+                           cellar_error *err)
+{
+    n->info.type = NODE_ARRAY;
+    n->info.ndim = parent->info.ndim;
+    for (int d = 0; d < parent->info.ndim && d < NODE_MAX_DIMS; d++)
+        n->info.shape[d] = parent->info.shape[d];
+    hid_t base = mt, super = H5I_INVALID_HID;
+    hsize_t adims[NODE_MAX_DIMS];
+    int andims = 0;
+    int rc = 0;
+    if (H5Tget_class(mt) == H5T_ARRAY) {
+        andims = H5Tget_array_ndims(mt);
+        if (parent->info.ndim != 1 || andims < 1 || andims > NODE_MAX_DIMS - 1 ||
+            H5Tget_array_dims2(mt, adims) != andims)
+            return 0; /* listed, unreadable */
+        int64_t total = 1;
+        for (int d = 0; d < andims; d++) {
+            if (adims[d] == 0 || adims[d] > (hsize_t)INT64_MAX ||
+                total > INT64_MAX / (int64_t)adims[d])
+                return 0;
+            total *= (int64_t)adims[d];
+            n->info.shape[1 + d] = (int64_t)adims[d];
+        }
+        super = H5Tget_super(mt);
+        if (super < 0)
+            return h5_fail(err, CELLAR_EFORMAT, "cannot read the type of '%s'", n->path);
+        base = super;
+        n->info.ndim = 1 + andims;
+        h->field_inner = (size_t)total;
+    }
+    if (classify_type(base, &n->info, h)) {
+        rc = h5_fail(err, CELLAR_EFORMAT, "cannot map the type of '%s'", n->path);
+        goto done;
+    }
+    size_t es = dtype_size(n->info.dtype), row;
+    if (n->info.dtype == DT_NONE || (andims && (n->info.dtype == DT_STRING ||
+                                                mul_size(h->field_inner, es, &row)))) {
+        field_unreadable(n, h);
+        goto done;
+    }
+    if (field_memtype(h, n->name, andims, andims ? adims : NULL))
+        rc = h5_fail(err, CELLAR_EFORMAT, "cannot make a type for '%s'", n->path);
+done:
+    if (super >= 0)
+        H5Tclose(super);
+    return rc;
+}
+
+/* Opens the field `name` of the compound dataset parent as a node of its
+ * own (storage/node.h: arrays of records). */
+static int h5_field_open(node *parent, const char *name, node **out, cellar_error *err)
+{
+    *out = NULL;
+    h5_node *ph = parent->impl;
+    int idx = ph->ftype >= 0 ? H5Tget_member_index(ph->ftype, name) : -1;
+    if (idx < 0)
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no field '%s' in '%s'", name, parent->path);
+    hid_t mt = H5Tget_member_type(ph->ftype, (unsigned)idx);
+    if (mt < 0)
+        return h5_fail(err, CELLAR_EFORMAT, "cannot read field '%s' of '%s'", name,
+                       parent->path);
+    hid_t ftype = H5Tcopy(ph->ftype);
+    if (ftype < 0 || H5Iinc_ref(ph->obj) < 0) {
+        if (ftype >= 0)
+            H5Tclose(ftype);
+        H5Tclose(mt);
+        return h5_fail(err, CELLAR_EFORMAT, "cannot open field '%s' of '%s'", name,
+                       parent->path);
+    }
+    node *n = h5_node_alloc(parent, name, ph->obj, H5I_INVALID_HID);
+    if (!n) {
+        H5Tclose(ftype);
+        H5Tclose(mt);
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", name);
+    }
+    h5_node *h = n->impl;
+    h->field = 1;
+    h->ftype = ftype;
+    atomic_store(&h->dstate, DIRECT_NONE); /* the stored bytes are whole records */
+    int rc = field_info_load(n, h, parent, mt, err);
+    H5Tclose(mt);
+    if (rc) {
+        node_tree_free(n);
+        return rc;
+    }
+    *out = n;
+    return 0;
+}
+
+/* The member names of a compound dataset, in stored order. */
+static int h5_list_fields(node *n, arena *a, const char ***names, size_t *count,
+                          cellar_error *err)
+{
+    h5_node *h = n->impl;
+    size_t k = (size_t)n->info.n_fields;
+    const char **v = arena_calloc(a, k ? k : 1, sizeof *v);
+    if (!v)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '%s'", n->path);
+    for (size_t i = 0; i < k; i++) {
+        char *m = H5Tget_member_name(h->ftype, (unsigned)i);
+        if (!m)
+            return h5_fail(err, CELLAR_EFORMAT, "cannot read the fields of '%s'", n->path);
+        v[i] = arena_strdup(a, m);
+        H5free_memory(m);
+        if (!v[i])
+            return cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '%s'", n->path);
+    }
+    *names = v;
+    *count = k;
     return 0;
 }
 
@@ -796,6 +981,8 @@ static int h5_open_child(node *parent, const char *name, node **out, cellar_erro
     h5_quiet();
     *out = NULL;
     h5_node *ph = parent->impl;
+    if (parent->info.type == NODE_ARRAY)
+        return h5_field_open(parent, name, out, err);
     const char *sep = strcmp(parent->path, "/") == 0 ? "" : "/";
     /* "." names the group itself in HDF5 paths; a name with '/' is a path
      * libhdf5 would traverse (through links we have not checked). */
@@ -874,6 +1061,8 @@ static int h5_list_children(node *n, arena *a, const char ***names, size_t *coun
 {
     h5_quiet();
     h5_node *h = n->impl;
+    if (n->info.type == NODE_ARRAY)
+        return h5_list_fields(n, a, names, count, err);
     unsigned crt = 0;
     hid_t gcpl = H5Gget_create_plist(h->obj);
     if (gcpl >= 0) {
@@ -1673,6 +1862,66 @@ static int h5_file_extent(node *n, int *fd, uint64_t *offset, uint64_t *length)
     return *fd < 0 ? 1 : 0;
 }
 
+/* Reads a selection of a field that is itself an array (a member
+ * float32[50] of a 1-D compound dataset): the member of each selected
+ * record through libhdf5, then the selected positions within it. */
+static int field_array_read(const node *n, const h5_node *h, const dim_sel *sel, char *out,
+                            cellar_error *err)
+{
+    int ndim = n->info.ndim;
+    size_t es = dtype_size(n->info.dtype), row_bytes, bytes;
+    for (int d = 1; d < ndim; d++)
+        for (int64_t k = 0; k < sel[d].count; k++) {
+            int64_t v = dim_sel_at(&sel[d], k);
+            if (v < 0 || v >= n->info.shape[d])
+                return cellar_fail(err, CELLAR_ERANGE, "selection outside '%s'", n->path);
+        }
+    if (mul_size(h->field_inner, es, &row_bytes))
+        return cellar_fail(err, CELLAR_ETOOBIG, "records of '%s' too large", n->path);
+    dim_plan p0;
+    int rc = plan_dim(&sel[0], n->info.shape[0], &p0, n->path, err);
+    char *temp = NULL;
+    if (rc)
+        goto done;
+    if (mul_size((size_t)p0.nuniq, row_bytes, &bytes)) {
+        rc = cellar_fail(err, CELLAR_ETOOBIG, "selection of '%s' too large", n->path);
+        goto done;
+    }
+    temp = malloc(bytes ? bytes : 1);
+    if (!temp) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", n->path);
+        goto done;
+    }
+    rc = read_unique(n, h, &p0, 1, row_bytes, (size_t)p0.nuniq, temp, err);
+    if (rc)
+        goto done;
+    int64_t stride[NODE_MAX_DIMS];
+    stride[ndim - 1] = 1;
+    for (int d = ndim - 2; d >= 1; d--)
+        stride[d] = stride[d + 1] * n->info.shape[d + 1];
+    size_t o = 0;
+    for (int64_t i = 0; i < sel[0].count; i++) {
+        const char *rec = temp + (size_t)(p0.map ? p0.map[i] : i) * row_bytes;
+        int64_t idx[NODE_MAX_DIMS] = {0};
+        for (;;) {
+            int64_t off = 0;
+            for (int d = 1; d < ndim; d++)
+                off += dim_sel_at(&sel[d], idx[d]) * stride[d];
+            memcpy(out + o * es, rec + (size_t)off * es, es);
+            o++;
+            int d = ndim - 1;
+            while (d >= 1 && ++idx[d] == sel[d].count)
+                idx[d--] = 0;
+            if (d < 1)
+                break;
+        }
+    }
+done:
+    free(temp);
+    dim_plan_free(&p0);
+    return rc;
+}
+
 static int h5_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cellar_error *err)
 {
     h5_quiet();
@@ -1681,7 +1930,8 @@ static int h5_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cel
     char *temp = NULL;
     read_job j;
     memset(&j, 0, sizeof j);
-    int rc = direct_read(n, h, sel, out, out_bytes, err);
+    int rc = h->field_inner ? field_array_read(n, h, sel, out, err)
+                            : direct_read(n, h, sel, out, out_bytes, err);
     if (rc <= 0)
         goto normalize;
     rc = read_job_init(&j, n, sel, es, err);
@@ -1796,8 +2046,8 @@ static void h5_destroy(node *n)
 static int h5_stream_string(node *n, size_t piece, node_string_sink sink, void *ctx,
                             cellar_error *err)
 {
-    const h5_node *root = n->root->impl;
-    if (!root || !root->file_path)
+    const h5_node *root = n->root->impl, *h = n->impl;
+    if (!root || !root->file_path || h->field)
         return cellar_fail(err, CELLAR_EINVAL, "'%s' cannot be streamed", n->path);
     return h5_stream_vlen_string(root->file_path, n->path, piece, sink, ctx, err);
 }
@@ -1942,6 +2192,8 @@ int h5_object_address(node *n, uint64_t *addr)
     if (n->ops != &h5_ops || !n->impl)
         return -1;
     const h5_node *h = n->impl;
+    if (h->field)
+        return -1; /* the dataset's address: a field is not an object */
 #if H5_VERSION_GE(1, 12, 0)
     H5O_info2_t info;
     if (H5Oget_info3(h->obj, &info, H5O_INFO_BASIC) < 0)
@@ -1977,6 +2229,8 @@ int h5_chunk_index_walk(node *n, uint64_t max_lookups, uint64_t *lookups, cellar
     if (n->ops != &h5_ops || n->info.type != NODE_ARRAY || n->info.ndim < 1)
         return 0;
     const h5_node *h = n->impl;
+    if (h->field)
+        return 0;
     hid_t dcpl = H5Dget_create_plist(h->obj);
     if (dcpl < 0)
         return h5_fail(err, CELLAR_EFORMAT, "cannot read the layout of '%s'", n->path);

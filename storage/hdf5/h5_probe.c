@@ -196,10 +196,14 @@ done:
     return rc;
 }
 
+static int walk_children(walk *w, node *g, cellar_error *err);
+
 static int walk_array(walk *w, node *n, cellar_error *err)
 {
     w->rep->datasets++;
     const node_info *in = node_get_info(n);
+    if (in->n_fields > 0)
+        return walk_children(w, n, err); /* each field is read as the server reads it */
     if (in->ndim < 0 || in->dtype == DT_NONE)
         return 0;
     for (int d = 0; d < in->ndim; d++)
@@ -225,11 +229,11 @@ static int walk_array(walk *w, node *n, cellar_error *err)
     return read_numbers(w, n, in, err);
 }
 
-/* Opens every child of group g (attributes are read as each opens) and
- * pushes the ones not walked yet. */
-static int walk_group(walk *w, node *g, cellar_error *err)
+/* Opens every child of group g, or every field of an array of records
+ * (attributes are read as each opens), and pushes the ones not walked
+ * yet. */
+static int walk_children(walk *w, node *g, cellar_error *err)
 {
-    w->rep->groups++;
     arena *a = arena_new();
     if (!a)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory probing '%s'", node_path(g));
@@ -266,6 +270,12 @@ static int walk_group(walk *w, node *g, cellar_error *err)
 done:
     arena_free(a);
     return rc;
+}
+
+static int walk_group(walk *w, node *g, cellar_error *err)
+{
+    w->rep->groups++;
+    return walk_children(w, g, err);
 }
 
 int h5_probe_file(const char *path, const h5_probe_limits *lim, h5_probe_report *rep,

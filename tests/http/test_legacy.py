@@ -1,8 +1,14 @@
-"""Older layouts anndata still reads: a 0.7-style file (no root attributes,
-dataframe 0.1.0 with categories behind an HDF5 object reference, an empty
-column-order written as float64, fixed-length byte strings).  No writer on
-PyPI that runs here writes them any more, so the file is made with h5py in
-that layout, and cellar must answer what today's anndata.read_h5ad reads."""
+"""Older layouts anndata still reads, each route equal to what today's
+anndata.read_h5ad returns for the file.  No writer of those versions runs
+here, so the files are made with h5py in their layouts:
+
+- a 0.7-style file (no root attributes, dataframe 0.1.0 with categories
+  behind an HDF5 object reference, an empty column-order written as
+  float64, fixed-length byte strings);
+- files of anndata before 0.7 (tests/http/legacy_writers.py: 0.5-0.6.6 and
+  0.6.7-0.6.22 layouts): compound obs/var/obsm/varm, categories in uns,
+  raw.X/raw.var/raw.varm, h5sparse matrices, scalars as 1-element arrays,
+  scanpy's neighbors graphs in uns (anndata moves them to obsp)."""
 
 from __future__ import annotations
 
@@ -11,10 +17,14 @@ import warnings
 import anndata as ad
 import h5py
 import numpy as np
+import pandas as pd
 import pytest
 
-from compare import check_frame_json
-from conftest import assert_json, store_path
+import scipy.sparse as sp
+
+import legacy_writers as lw
+from compare import check_frame_csv, check_frame_json, decode_bin
+from conftest import assert_json, assert_problem, store_path
 
 NAME = "legacy_07.h5ad"
 
@@ -82,3 +92,209 @@ def test_legacy_slice_and_summary(legacy):
     assert summary["kind"] == "anndata"
     assert summary["shape"] == list(adata.shape)
     assert summary["var"]["columns"] == []
+
+
+# ------------------------------------------------------------ before 0.7
+PRE07 = ["legacy_05.h5ad", "legacy_06.h5ad"]
+
+
+@pytest.fixture(scope="module")
+def pre07(tmp_path_factory, server_factory):
+    root = tmp_path_factory.mktemp("pre07")
+    refs = {}
+    for name, write in lw.LAYOUTS.items():
+        write(root / name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in PRE07:
+            refs[name] = ad.read_h5ad(root / name)
+    return server_factory(root), refs, root
+
+
+def dense(m):
+    return m.toarray() if sp.issparse(m) else np.asarray(m)
+
+
+def fetch_bin(srv, path, **params):
+    return decode_bin(srv.get(path, format="bin", **params))
+
+
+def fetch_csr(srv, path, **params):
+    body = assert_json(srv.get(path, layout="csr", **params))
+    assert body["layout"] == "csr"
+    return sp.csr_matrix((np.array(body["data"], dtype=body["dtype"]), body["indices"],
+                          body["indptr"]), shape=body["shape"])
+
+
+def uns_expected(v):
+    """What cellar's uns answer holds for a value anndata read: mappings as
+    objects, arrays as (nested) lists, a record array as an object of its
+    fields, numpy scalars and strings as JSON values."""
+    if isinstance(v, dict):
+        return {k: uns_expected(x) for k, x in v.items()}
+    if isinstance(v, np.ndarray):
+        if v.dtype.names:
+            return {n: uns_expected(v[n]) for n in v.dtype.names}
+        return v.tolist()
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def assert_uns_equal(got, exp, where="uns"):
+    """Equal, floats compared at their stored width (float32 text is the
+    shortest that reads back as the same float32)."""
+    if isinstance(exp, dict):
+        assert isinstance(got, dict) and set(got) == set(exp), (where, sorted(got), sorted(exp))
+        for k in exp:
+            assert_uns_equal(got[k], exp[k], f"{where}/{k}")
+    elif isinstance(exp, list) and exp and isinstance(exp[0], float):
+        np.testing.assert_array_equal(np.array(got, dtype=np.float32),
+                                      np.array(exp, dtype=np.float32), err_msg=where)
+    else:
+        assert got == exp and type(got) is type(exp), (where, got, exp)
+
+
+@pytest.mark.parametrize("name", PRE07)
+def test_pre07_summary(pre07, name):
+    srv, refs, _ = pre07
+    a = refs[name]
+    s = assert_json(srv.get(store_path(name)))
+    assert s["kind"] == "anndata"
+    assert s["shape"] == list(a.shape)
+    assert s["obs"]["columns"] == list(a.obs.columns)
+    assert s["obs"]["index_name"] == a.obs.index.name == "index"
+    assert s["var"]["columns"] == list(a.var.columns)
+    for el in ("obsm", "varm", "obsp", "varp"):
+        assert sorted(s[el]) == sorted(getattr(a, el).keys()), el
+    assert sorted(s["layers"]) == sorted(k for k in a.layers.keys() if k is not None)
+    assert sorted(s["uns"]) == sorted(a.uns.keys())
+    assert s["raw"]["shape"] == list(a.raw.shape)
+    assert s["X"]["shape"] == list(a.X.shape)
+
+
+@pytest.mark.parametrize("name", PRE07)
+@pytest.mark.parametrize("element", ["obs", "var", "raw/var"])
+def test_pre07_frames(pre07, name, element):
+    srv, refs, _ = pre07
+    a = refs[name]
+    df = a.raw.var if element == "raw/var" else getattr(a, element)
+    js = assert_json(srv.get(store_path(name, *element.split("/"))))
+    check_frame_json(js, df, None)
+    check_frame_csv(srv.get(store_path(name, *element.split("/")), format="csv").text, df)
+    part = assert_json(srv.get(store_path(name, *element.split("/")), rows="-5:1:-2"))
+    check_frame_json(part, df.iloc[-5:1:-2], None)
+
+
+@pytest.mark.parametrize("name", PRE07)
+def test_pre07_categories_from_uns(pre07, name):
+    """_clean_uns: a code column with uns['{col}_categories'] is a
+    categorical when every code fits the categories (the key leaves uns);
+    one whose codes do not fit stays integers and its key stays."""
+    srv, refs, _ = pre07
+    a = refs[name]
+    for element in ("obs", "var"):
+        df = getattr(a, element)
+        schema = assert_json(srv.get(store_path(name, element, "schema")))
+        cols = {c["name"]: c for c in schema["columns"]}
+        for col in df.columns:
+            if isinstance(df[col].dtype, pd.CategoricalDtype):
+                assert cols[col]["encoding"] == "categorical", col
+                assert cols[col]["categories"] == list(df[col].cat.categories)
+                assert cols[col]["ordered"] is False
+                codes = assert_json(srv.get(store_path(name, element), columns=col,
+                                            categorical="codes"))
+                assert codes["data"][col]["codes"] == df[col].cat.codes.tolist()
+            else:
+                assert cols[col]["encoding"] != "categorical", col
+    uns = assert_json(srv.get(store_path(name, "uns")))
+    assert not [k for k in uns if k.endswith("_categories") and k not in a.uns]
+    if name == "legacy_05.h5ad":
+        assert a.obs["louvain"].dtype == np.int8 and "louvain_categories" in uns
+        assert "orphan_categories" in uns
+        assert a.obs["bulk_labels"].isna().sum() == 1
+
+
+@pytest.mark.parametrize("name", PRE07)
+def test_pre07_matrices(pre07, name):
+    srv, refs, _ = pre07
+    a = refs[name]
+    x = dense(a.X)
+    got = fetch_bin(srv, store_path(name, "X"))
+    assert got.dtype == x.dtype
+    np.testing.assert_array_equal(got, x)
+    np.testing.assert_array_equal(fetch_bin(srv, store_path(name, "X"), rows="3:9", cols="10,0,4"),
+                                  x[3:9][:, [10, 0, 4]])
+    names = list(a.obs_names[[6, 5, 0]])
+    body = srv.post(store_path(name, "X"), {"obs_names": names, "var_names": [a.var_names[2]]},
+                    format="bin")
+    np.testing.assert_array_equal(decode_bin(body), x[[6, 5, 0]][:, [2]])
+    if sp.issparse(a.X):
+        got = fetch_csr(srv, store_path(name, "X"), rows="0:20")
+        np.testing.assert_array_equal(got.toarray(), x[:20])
+    for key, value in a.layers.items():
+        if key is None:
+            continue
+        np.testing.assert_array_equal(fetch_bin(srv, store_path(name, "layers", key)), dense(value))
+    for el in ("obsm", "varm", "obsp"):
+        for key, value in getattr(a, el).items():
+            got = fetch_bin(srv, store_path(name, el, key))
+            want = dense(value)
+            assert got.dtype == want.dtype and got.shape == want.shape, (el, key)
+            np.testing.assert_array_equal(got, want)
+    umap = a.obsm["X_umap"]
+    js = assert_json(srv.get(store_path(name, "obsm", "X_umap"), rows="1,7,2", cols="1"))
+    np.testing.assert_array_equal(np.array(js["data"], dtype=umap.dtype), umap[[1, 7, 2]][:, [1]])
+
+
+@pytest.mark.parametrize("name", PRE07)
+def test_pre07_raw(pre07, name):
+    srv, refs, _ = pre07
+    raw = refs[name].raw
+    np.testing.assert_array_equal(fetch_bin(srv, store_path(name, "raw", "X")), dense(raw.X))
+    np.testing.assert_array_equal(fetch_bin(srv, store_path(name, "raw", "X"), cols="14,2"),
+                                  dense(raw.X)[:, [14, 2]])
+    for key, value in raw.varm.items():
+        np.testing.assert_array_equal(fetch_bin(srv, store_path(name, "raw", "varm", key)), value)
+    schema = assert_json(srv.get(store_path(name, "raw", "var", "schema")))
+    assert [c["name"] for c in schema["columns"]] == list(raw.var.columns)
+    # raw.* are not elements of their own
+    assert_problem(srv.get(store_path(name, "uns", "raw.X")), 404)
+
+
+@pytest.mark.parametrize("name", PRE07)
+def test_pre07_uns(pre07, name):
+    srv, refs, _ = pre07
+    a = refs[name]
+    assert_uns_equal(assert_json(srv.get(store_path(name, "uns"))), uns_expected(dict(a.uns)))
+    for key in a.uns:
+        assert_uns_equal(assert_json(srv.get(store_path(name, "uns", key))),
+                         uns_expected(a.uns[key]), key)
+
+
+def test_pre07_uns_scalars_and_records(pre07):
+    srv, refs, _ = pre07
+    a = refs["legacy_05.h5ad"]
+    name = "legacy_05.h5ad"
+    assert assert_json(srv.get(store_path(name, "uns", "title"))) == str(a.uns["title"]) == "pbmc 3k"
+    assert assert_json(srv.get(store_path(name, "uns", "neighbors"))) == \
+        {"params": {"method": "umap", "n_neighbors": [10]}}
+    names = assert_json(srv.get(store_path(name, "uns", "rank_genes_groups", "names")))
+    rec = a.uns["rank_genes_groups"]["names"]
+    assert list(names) == list(rec.dtype.names)
+    assert names["CD19+ B"] == rec["CD19+ B"].tolist()
+    # the 0.6 layout keeps variable-length strings as 1-element lists
+    assert assert_json(srv.get(store_path("legacy_06.h5ad", "uns", "version"))) == ["1.4"]
+
+
+def test_pre07_both_raws_refused(pre07):
+    srv, _, root = pre07
+    name = "legacy_both_raws.h5ad"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="legacy and current raw"):
+            ad.read_h5ad(root / name)
+    assert_problem(srv.get(store_path(name, "raw", "X")), 422, detail_contains="raw")
+    assert_problem(srv.get(store_path(name, "raw", "var")), 422)
+    # the rest of the store answers
+    assert assert_json(srv.get(store_path(name, "obs"), rows="0:2"))["shape"][0] == 2

@@ -12,6 +12,7 @@
 
 #include "common/arena.h"
 #include "storage/hdf5/h5.h"
+#include "storage/hdf5/h5_probe.h"
 #include "storage/node.h"
 #include "tests/unit/unit.h"
 
@@ -1020,4 +1021,168 @@ void test_h5_rewrite_in_place(void)
     CHECK(node_child_opt(root, "grid") == NULL);
     CHECK_EQ(info_of(root, "i32")->dtype, DT_INT32);
     node_tree_free(root);
+}
+
+/* ------------------------------------------------------------ compound fields */
+
+typedef struct rec {
+    char index[6];
+    int8_t code;
+    float val; /* stored big-endian */
+    uint8_t flag;
+    double vec[3];
+    const char *name;
+    struct {
+        int32_t a, b;
+    } nested;
+} rec;
+
+/* anndata < 0.7 stored obs, var, obsm and varm as compound datasets: each
+ * field is an array of its own, a member that is an array adds its
+ * dimensions, and the probe walks every field. */
+void test_h5_compound_fields(void)
+{
+    char path[512];
+    tmp_path(path, sizeof path, "compound.h5");
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t idx = fixed_str(6, H5T_STR_NULLPAD), name = vlen_utf8();
+    hid_t boolt = H5Tenum_create(H5T_NATIVE_INT8);
+    int8_t fv = 0, tv = 1;
+    H5Tenum_insert(boolt, "FALSE", &fv);
+    H5Tenum_insert(boolt, "TRUE", &tv);
+    hsize_t three = 3;
+    hid_t vec_m = H5Tarray_create2(H5T_NATIVE_DOUBLE, 1, &three);
+    hid_t vec_f = H5Tarray_create2(H5T_IEEE_F64LE, 1, &three);
+    hid_t nest = H5Tcreate(H5T_COMPOUND, 8);
+    H5Tinsert(nest, "a", 0, H5T_NATIVE_INT32);
+    H5Tinsert(nest, "b", 4, H5T_NATIVE_INT32);
+    hid_t mt = H5Tcreate(H5T_COMPOUND, sizeof(rec));
+    H5Tinsert(mt, "index", HOFFSET(rec, index), idx);
+    H5Tinsert(mt, "code", HOFFSET(rec, code), H5T_NATIVE_INT8);
+    H5Tinsert(mt, "val", HOFFSET(rec, val), H5T_NATIVE_FLOAT);
+    H5Tinsert(mt, "flag", HOFFSET(rec, flag), boolt);
+    H5Tinsert(mt, "vec", HOFFSET(rec, vec), vec_m);
+    H5Tinsert(mt, "name", HOFFSET(rec, name), name);
+    H5Tinsert(mt, "nested", HOFFSET(rec, nested), nest);
+    /* the file type packed, val big-endian */
+    size_t off = 0;
+    hid_t ft = H5Tcreate(H5T_COMPOUND, 6 + 1 + 4 + 1 + 24 + sizeof(hvl_t) + 8);
+    H5Tinsert(ft, "index", off, idx), off += 6;
+    H5Tinsert(ft, "code", off, H5T_STD_I8LE), off += 1;
+    H5Tinsert(ft, "val", off, H5T_IEEE_F32BE), off += 4;
+    H5Tinsert(ft, "flag", off, boolt), off += 1;
+    H5Tinsert(ft, "vec", off, vec_f), off += 24;
+    H5Tinsert(ft, "name", off, name), off += sizeof(hvl_t);
+    H5Tinsert(ft, "nested", off, nest);
+    rec r[5];
+    memset(r, 0, sizeof r);
+    const char *names[5] = {"zero", "one", "twö", "three", "four"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(r[i].index, sizeof r[i].index, "c%d", i * 11);
+        r[i].code = (int8_t)(i - 1);
+        r[i].val = 0.5f * (float)i;
+        r[i].flag = (uint8_t)(i % 2);
+        for (int k = 0; k < 3; k++)
+            r[i].vec[k] = 10.0 * i + k;
+        r[i].name = names[i];
+        r[i].nested.a = i;
+    }
+    memcpy(r[4].index, "full6!", 6); /* NULLPAD: no terminator */
+    hsize_t five = 5;
+    mk_ds(f, "recs", ft, mt, 1, &five, r);
+    H5Tclose(mt), H5Tclose(ft), H5Tclose(nest), H5Tclose(vec_m), H5Tclose(vec_f);
+    H5Tclose(boolt), H5Tclose(idx), H5Tclose(name);
+    H5Fclose(f);
+
+    node *root = open_ok(path);
+    if (!root)
+        return;
+    node *recs = child(root, "recs");
+    const node_info *ri = node_get_info(recs);
+    CHECK_EQ(ri->type, NODE_ARRAY);
+    CHECK_EQ(ri->dtype, DT_NONE);
+    CHECK_EQ(ri->n_fields, 7);
+    static const char *const fields[7] = {"index", "code", "val", "flag", "vec", "name", "nested"};
+    expect_children(recs, fields, 7);
+    cellar_error err;
+    cellar_error_clear(&err);
+
+    node *val = child(root, "recs/val");
+    CHECK_STR_EQ(node_path(val), "/recs/val");
+    CHECK_EQ(node_get_info(val)->dtype, DT_FLOAT32);
+    CHECK_EQ(node_get_info(val)->ndim, 1);
+    CHECK_EQ(node_get_info(val)->shape[0], 5);
+    CHECK_EQ(node_get_info(val)->n_fields, 0);
+    int64_t pick[3] = {4, 0, 2};
+    dim_sel s = {.count = 3, .index = pick};
+    float fvals[3] = {0};
+    CHECK_EQ(node_read(val, &s, fvals, sizeof fvals, &err), 0);
+    CHECK_DBL_EQ(fvals[0], 2.0);
+    CHECK_DBL_EQ(fvals[1], 0.0);
+    CHECK_DBL_EQ(fvals[2], 1.0);
+
+    node *code = child(root, "recs/code");
+    int8_t codes[5];
+    s = sl(0, 1, 5);
+    CHECK_EQ(node_read(code, &s, codes, sizeof codes, &err), 0);
+    CHECK_EQ(codes[0], -1);
+    CHECK_EQ(codes[4], 3);
+
+    node *flag = child(root, "recs/flag");
+    CHECK_EQ(node_get_info(flag)->dtype, DT_BOOL);
+    uint8_t flags[5];
+    CHECK_EQ(node_read(flag, &s, flags, sizeof flags, &err), 0);
+    CHECK_EQ(flags[1], 1);
+    CHECK_EQ(flags[2], 0);
+
+    /* a member float64[3]: a 2-D field; rows backwards, columns listed */
+    node *vec = child(root, "recs/vec");
+    CHECK_EQ(node_get_info(vec)->ndim, 2);
+    CHECK_EQ(node_get_info(vec)->shape[1], 3);
+    CHECK_EQ(node_get_info(vec)->dtype, DT_FLOAT64);
+    int64_t cols[2] = {2, 0};
+    dim_sel vs[2] = {sl(4, -2, 3), {.count = 2, .index = cols}};
+    double v6[6] = {0};
+    CHECK_EQ(node_read(vec, vs, v6, sizeof v6, &err), 0);
+    CHECK_DBL_EQ(v6[0], 42.0);
+    CHECK_DBL_EQ(v6[1], 40.0);
+    CHECK_DBL_EQ(v6[2], 22.0);
+    CHECK_DBL_EQ(v6[5], 0.0);
+    int64_t bad[1] = {3};
+    dim_sel vb[2] = {sl(0, 1, 1), {.count = 1, .index = bad}};
+    double one = 0;
+    cellar_error_clear(&err);
+    CHECK_EQ(node_read(vec, vb, &one, sizeof one, &err), CELLAR_ERANGE);
+
+    arena *a = arena_new();
+    char *strs[5] = {0};
+    node *index = child(root, "recs/index");
+    CHECK_EQ(node_get_info(index)->dtype, DT_STRING);
+    CHECK_EQ(node_read_strings(index, &s, a, strs, &err), 0);
+    CHECK_STR_EQ(strs[1], "c11");
+    CHECK_STR_EQ(strs[4], "full6!");
+    node *nm = child(root, "recs/name");
+    CHECK_EQ(node_read_strings(nm, &s, a, strs, &err), 0);
+    CHECK_STR_EQ(strs[2], "twö");
+    cellar_error_clear(&err);
+    CHECK_EQ(node_stream_string(nm, 64, NULL, NULL, &err), CELLAR_EINVAL);
+    CHECK_EQ(node_get_info(child(root, "recs/nested"))->dtype, DT_NONE);
+    node *n = NULL;
+    cellar_error_clear(&err);
+    CHECK_EQ(node_child(recs, "nope", &n, &err), CELLAR_ENOTFOUND);
+    cellar_error_clear(&err);
+    CHECK_EQ(node_child(val, "x", &n, &err), CELLAR_ENOTFOUND);
+    uint64_t addr;
+    CHECK(h5_object_address(val, &addr) != 0);
+    arena_free(a);
+    node_tree_free(root);
+
+    h5_probe_limits lim = H5_PROBE_DEFAULT_LIMITS;
+    h5_probe_report rep;
+    cellar_error_clear(&err);
+    CHECK_EQ(h5_probe_file(path, &lim, &rep, &err), 0);
+    CHECK_EQ(rep.datasets, 8); /* the dataset and its seven fields */
+    CHECK_EQ(rep.broken, 0);
+    CHECK_EQ(rep.strings_read, 10);
+    CHECK(rep.bytes_read >= 5 * (1 + 4 + 1 + 24));
 }
