@@ -179,7 +179,8 @@ int node_child(node *n, const char *name, node **out, cellar_error *err)
     *out = NULL;
     if (!node_has_children(n))
         return cellar_fail(err, CELLAR_ENOTFOUND, "'%s' is not a group", n->path);
-    if (!name[0] || strchr(name, '/'))
+    /* A record's field may be named "CD4+/CD25 T Reg"; a child never is. */
+    if (!name[0] || (n->info.type == NODE_GROUP && strchr(name, '/')))
         return cellar_fail(err, CELLAR_ENOTFOUND, "no element '%s' in '%s'", name, n->path);
     if (n->ops->children_by_listing) {
         int lrc = listed_child(n, name, err);

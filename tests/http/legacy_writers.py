@@ -124,7 +124,7 @@ def write_v05(path) -> None:
         pca = uns.create_group("pca")
         pca.create_dataset("variance", data=rng.random(5).astype(np.float32), **gz)
         rgg = uns.create_group("rank_genes_groups")
-        groups = ["CD14+ Monocyte", "CD19+ B", "Dendritic"]
+        groups = ["CD4+/CD25 T Reg", "CD19+ B", "Dendritic"]  # a field name with a slash
         rgg.create_dataset("names", data=_records([
             (g, _fixed([genes[(k + i) % N_VAR] for k in range(6)]).astype("S200"))
             for i, g in enumerate(groups)]), **gz)
