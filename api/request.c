@@ -73,6 +73,26 @@ int api_param_str(const api_request *req, const char *name, const char **out,
     return 0;
 }
 
+int api_param_f64(const api_request *req, const char *name, double *out, int *present,
+                  cellar_error *err)
+{
+    const char *v;
+    *present = 0;
+    int rc = api_param_str(req, name, &v, err);
+    if (rc || !v)
+        return rc;
+    char *end;
+    double x = strtod(v, &end);
+    /* Finite only: boxes are echoed in answers, where JSON has no infinity
+     * (and 1e999 overflows to one). */
+    if (!*v || *end || !isfinite(x))
+        return cellar_fail(err, CELLAR_EINVAL, "%s must be a finite number, not '%.100s'", name,
+                           v);
+    *out = x;
+    *present = 1;
+    return 0;
+}
+
 int api_param_int(const api_request *req, const char *name, int64_t lo, int64_t hi,
                   int64_t *out, int *present, cellar_error *err)
 {

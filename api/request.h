@@ -137,6 +137,12 @@ int api_param_str(const api_request *req, const char *name, const char **out,
 int api_param_int(const api_request *req, const char *name, int64_t lo, int64_t hi,
                   int64_t *out, int *present, cellar_error *err);
 
+/* A finite number parameter (strtod's syntax, the whole text), from the
+ * query or the body.  *present is 0 when absent.  Anything else, infinity
+ * and overflow included, is CELLAR_EINVAL naming the parameter. */
+int api_param_f64(const api_request *req, const char *name, double *out, int *present,
+                  cellar_error *err);
+
 /* A list parameter: from the query split at commas, or from a body JSON array
  * (strings and integers taken as text, any characters allowed), or a body
  * string split at commas.  *items is NULL and *n 0 when absent. */

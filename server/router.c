@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "api/taxonium/taxonium.h"
 #include "api/ui/ui.h"
 #include "api/v1/routes.h"
 #include "api/zarr/routes.h"
@@ -49,6 +50,24 @@ static const route_def routes[ROUTE_COUNT] = {
     [ROUTE_TREE_LCA] = {ROUTE_TREE_LCA, "{ad}/{obst|vart}/{key}/lca", api_tree_lca, READ_POST},
     [ROUTE_TREE_VIEWPORT] = {ROUTE_TREE_VIEWPORT, "{ad}/{obst|vart}/{key}/viewport",
                              api_tree_viewport, READ_POST},
+    [ROUTE_TAXONIUM_CONFIG] = {ROUTE_TAXONIUM_CONFIG, "{ad}/{obst|vart}/{key}/taxonium/config",
+                               api_taxonium_config, READ},
+    [ROUTE_TAXONIUM_NODES] = {ROUTE_TAXONIUM_NODES, "{ad}/{obst|vart}/{key}/taxonium/nodes",
+                              api_taxonium_nodes, READ},
+    [ROUTE_TAXONIUM_SEARCH] = {ROUTE_TAXONIUM_SEARCH, "{ad}/{obst|vart}/{key}/taxonium/search",
+                               api_taxonium_search, READ},
+    [ROUTE_TAXONIUM_NODE_DETAILS] = {ROUTE_TAXONIUM_NODE_DETAILS,
+                                     "{ad}/{obst|vart}/{key}/taxonium/node_details",
+                                     api_taxonium_node_details, READ},
+    [ROUTE_TAXONIUM_TIP_ATTS] = {ROUTE_TAXONIUM_TIP_ATTS,
+                                 "{ad}/{obst|vart}/{key}/taxonium/tip_atts",
+                                 api_taxonium_tip_atts, READ},
+    [ROUTE_TAXONIUM_MUTATIONS] = {ROUTE_TAXONIUM_MUTATIONS,
+                                  "{ad}/{obst|vart}/{key}/taxonium/mutations",
+                                  api_taxonium_mutations, READ},
+    [ROUTE_TAXONIUM_NEXTSTRAIN] = {ROUTE_TAXONIUM_NEXTSTRAIN,
+                                   "{ad}/{obst|vart}/{key}/taxonium/nextstrain_json/{node_id}",
+                                   api_taxonium_nextstrain, READ},
 };
 
 /* Element routes under an AnnData prefix: literal segments, "*" captures. */
@@ -166,6 +185,32 @@ static int match_uns(char **seg, size_t n, api_request *req, route_match *out)
     return 0;
 }
 
+/* {ad}/{obst|vart}/{key}/taxonium/{op}[/{node_id}]: Taxonium's backend
+ * routes (req->item the node_id of nextstrain_json). */
+static int match_taxonium(char **seg, size_t n, api_request *req, route_match *out)
+{
+    static const struct {
+        const char *name;
+        route_id id;
+    } ops[] = {
+        {"config", ROUTE_TAXONIUM_CONFIG},         {"nodes", ROUTE_TAXONIUM_NODES},
+        {"search", ROUTE_TAXONIUM_SEARCH},         {"node_details", ROUTE_TAXONIUM_NODE_DETAILS},
+        {"tip_atts", ROUTE_TAXONIUM_TIP_ATTS},     {"mutations", ROUTE_TAXONIUM_MUTATIONS},
+    };
+    if (n == 2 && !strcmp(seg[0], "nextstrain_json")) {
+        req->item = seg[1];
+        set_route(out, ROUTE_TAXONIUM_NEXTSTRAIN);
+        return 0;
+    }
+    for (size_t i = 0; n == 1 && i < sizeof ops / sizeof *ops; i++) {
+        if (!strcmp(seg[0], ops[i].name)) {
+            set_route(out, ops[i].id);
+            return 0;
+        }
+    }
+    return CELLAR_ENOTFOUND;
+}
+
 /* {ad}/{obst|vart}[/{key}[/nodes/{node} | /{query}]]: req->element is the
  * axis, req->key the tree key, req->item the node id. */
 static int match_trees(char **seg, size_t n, api_request *req, route_match *out)
@@ -189,6 +234,8 @@ static int match_trees(char **seg, size_t n, api_request *req, route_match *out)
         set_route(out, ROUTE_TREE_NODE);
         return 0;
     }
+    if (n >= 4 && !strcmp(seg[2], "taxonium"))
+        return match_taxonium(seg + 3, n - 3, req, out);
     for (size_t i = 0; n == 3 && i < sizeof queries / sizeof *queries; i++) {
         if (!strcmp(seg[2], queries[i].name)) {
             set_route(out, queries[i].id);

@@ -290,6 +290,11 @@ static int number(json_out *j, const char *text, size_t n)
     return scalar(j, text, n);
 }
 
+int json_out_raw(json_out *j, const char *text, size_t n)
+{
+    return scalar(j, text, n);
+}
+
 int json_out_int(json_out *j, int64_t v)
 {
     char t[NUMBER_TEXT_MAX];

@@ -68,6 +68,9 @@ int json_out_null(json_out *j);
 int json_out_bool(json_out *j, int v);
 int json_out_str(json_out *j, const char *s);       /* NULL writes null */
 int json_out_strn(json_out *j, const char *s, size_t n);
+/* A value given as its JSON text, written as it is: the caller vouches that
+ * it is valid compact JSON (the attribute texts of storage/trees are). */
+int json_out_raw(json_out *j, const char *text, size_t n);
 int json_out_int(json_out *j, int64_t v);
 int json_out_uint(json_out *j, uint64_t v);
 int json_out_f64(json_out *j, double v);

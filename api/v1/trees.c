@@ -162,26 +162,6 @@ static void w_members(buf *b, const char *attrs, const char *const *drop)
 
 /* ---- parameters and lookups ---- */
 
-static int parse_f64_param(const api_request *req, const char *name, double *out, int *present,
-                           cellar_error *err)
-{
-    const char *v;
-    *present = 0;
-    int rc = api_param_str(req, name, &v, err);
-    if (rc || !v)
-        return rc;
-    char *end;
-    double x = strtod(v, &end);
-    /* Finite only: the box is echoed in the answer, where JSON has no
-     * infinity (and 1e999 overflows to one). */
-    if (!*v || *end || !isfinite(x))
-        return cellar_fail(err, CELLAR_EINVAL, "%s must be a finite number, not '%.100s'", name,
-                           v);
-    *out = x;
-    *present = 1;
-    return 0;
-}
-
 /* Characters in a UTF-8 text: the bytes that are not continuation bytes. */
 static size_t char_count(const char *s)
 {
@@ -957,10 +937,10 @@ int api_tree_viewport(api_request *req, api_response *res, cellar_error *err)
     int32_t lt = tree_index_leaf_total(t);
     tree_viewport box = {0, x_max, 0, lt > 0 ? lt - 1 : 0, tr.max_nodes};
     int p0, p1, p2, p3;
-    if ((rc = parse_f64_param(req, "x0", &box.x0, &p0, err)) ||
-        (rc = parse_f64_param(req, "x1", &box.x1, &p1, err)) ||
-        (rc = parse_f64_param(req, "y0", &box.y0, &p2, err)) ||
-        (rc = parse_f64_param(req, "y1", &box.y1, &p3, err)))
+    if ((rc = api_param_f64(req, "x0", &box.x0, &p0, err)) ||
+        (rc = api_param_f64(req, "x1", &box.x1, &p1, err)) ||
+        (rc = api_param_f64(req, "y0", &box.y0, &p2, err)) ||
+        (rc = api_param_f64(req, "y1", &box.y1, &p3, err)))
         return rc;
     if ((p0 && p1 && box.x0 > box.x1) || (p2 && p3 && box.y0 > box.y1))
         return cellar_fail(err, CELLAR_EINVAL, "the box is empty: x0 <= x1 and y0 <= y1 needed");

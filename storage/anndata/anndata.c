@@ -1045,8 +1045,8 @@ static int unknown_name(const frame *f, const char *name, cellar_error *err)
                        node_path(f->group));
 }
 
-int frame_lookup_names(struct store *s, const frame *f, const char *const *names, size_t n,
-                       int64_t *rows_out, cellar_error *err)
+static int lookup_names(struct store *s, const frame *f, const char *const *names, size_t n,
+                        int64_t *rows_out, int lenient, cellar_error *err)
 {
     if (n == 0)
         return 0;
@@ -1065,7 +1065,7 @@ int frame_lookup_names(struct store *s, const frame *f, const char *const *names
         return rc;
     for (size_t i = 0; i < n; i++) {
         rows_out[i] = name_index_find(v, names[i]);
-        if (rows_out[i] < 0) {
+        if (rows_out[i] < 0 && !lenient) {
             rc = unknown_name(f, names[i], err);
             break;
         }
@@ -1073,6 +1073,18 @@ int frame_lookup_names(struct store *s, const frame *f, const char *const *names
     if (owned)
         name_index_free(v);
     return rc;
+}
+
+int frame_lookup_names(struct store *s, const frame *f, const char *const *names, size_t n,
+                       int64_t *rows_out, cellar_error *err)
+{
+    return lookup_names(s, f, names, n, rows_out, 0, err);
+}
+
+int frame_find_names(struct store *s, const frame *f, const char *const *names, size_t n,
+                     int64_t *rows_out, cellar_error *err)
+{
+    return lookup_names(s, f, names, n, rows_out, 1, err);
 }
 
 /* ---- AnnData ---- */

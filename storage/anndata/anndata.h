@@ -95,6 +95,11 @@ uint64_t frame_column_cost(const frame_column *c, int64_t rows);
 int frame_lookup_names(struct store *s, const frame *f, const char *const *names, size_t n,
                        int64_t *rows_out, cellar_error *err);
 
+/* As frame_lookup_names, but a name the index does not hold gives -1 in
+ * rows_out instead of failing (for joins where some names name no row). */
+int frame_find_names(struct store *s, const frame *f, const char *const *names, size_t n,
+                     int64_t *rows_out, cellar_error *err);
+
 /* ---- AnnData objects (root, MuData modality, raw) ---- */
 
 typedef struct anndata_info {

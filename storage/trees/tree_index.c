@@ -814,18 +814,14 @@ static int32_t heap_pop(viewport_run *r)
     return top;
 }
 
-/* The first index in list[0..n) whose leaf range ends at or after y0, and
- * one past the last whose range starts at or before y1: sibling subtrees
- * (and roots) have increasing, disjoint leaf ranges. */
-static void view_y_span(const viewport_run *r, const int32_t *list, int32_t n, int32_t *lo_out,
-                        int32_t *hi_out)
+void tree_index_y_span(const tree_index *t, const int32_t *list, int32_t n, double y0, double y1,
+                       int32_t *lo_out, int32_t *hi_out)
 {
-    const tree_index *t = r->t;
     int32_t lo = 0, hi = n;
     while (lo < hi) {
         int32_t mid = lo + (hi - lo) / 2;
         int32_t v = list[mid];
-        if ((double)t->leaf_first[v] + t->leaf_count[v] - 1 < r->box->y0)
+        if ((double)t->leaf_first[v] + t->leaf_count[v] - 1 < y0)
             lo = mid + 1;
         else
             hi = mid;
@@ -834,13 +830,19 @@ static void view_y_span(const viewport_run *r, const int32_t *list, int32_t n, i
     hi = n;
     while (lo < hi) {
         int32_t mid = lo + (hi - lo) / 2;
-        if ((double)t->leaf_first[list[mid]] <= r->box->y1)
+        if ((double)t->leaf_first[list[mid]] <= y1)
             lo = mid + 1;
         else
             hi = mid;
     }
     *lo_out = first;
     *hi_out = lo;
+}
+
+static void view_y_span(const viewport_run *r, const int32_t *list, int32_t n, int32_t *lo_out,
+                        int32_t *hi_out)
+{
+    tree_index_y_span(r->t, list, n, r->box->y0, r->box->y1, lo_out, hi_out);
 }
 
 /* Adds the members of list[lo..hi) that reach into the box: leaves as

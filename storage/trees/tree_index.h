@@ -193,6 +193,12 @@ double tree_index_y(const tree_index *t, int32_t node);
 double tree_index_x_max(const tree_index *t, int32_t node);
 int tree_index_uses_length(const tree_index *t);
 
+/* The members of list[0..n) whose leaf ranks meet [y0, y1], as the index
+ * range [*lo, *hi): list holds siblings in child order, or the roots, whose
+ * leaf rank ranges increase and do not overlap.  O(log n). */
+void tree_index_y_span(const tree_index *t, const int32_t *list, int32_t n, double y0, double y1,
+                       int32_t *lo, int32_t *hi);
+
 /* One entry of a viewport answer. */
 typedef struct tree_view_entry {
     int32_t node;

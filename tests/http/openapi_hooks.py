@@ -45,6 +45,11 @@ def breaks_a_cross_parameter_rule(path: str, params: dict) -> str | None:
             a, b = _number(params.get(lo)), _number(params.get(hi))
             if a is not None and b is not None and a > b:
                 return f"{lo} > {hi}"
+    if "/taxonium/nodes" in path or "/taxonium/search" in path:
+        for lo, hi in (("min_x", "max_x"), ("min_y", "max_y")):
+            a, b = _number(params.get(lo)), _number(params.get(hi))
+            if a is not None and b is not None and a > b:
+                return f"{lo} > {hi}"
     fmt = params.get("format", "json")
     if "length" in params and fmt != "newick" and ("/obst/" in path or "/vart/" in path):
         return "length without format=newick"

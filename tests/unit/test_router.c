@@ -94,3 +94,41 @@ void test_router_elements_and_decoding(void)
     CHECK_STR_EQ(d, "a,b c");
     arena_free(a);
 }
+
+void test_router_taxonium(void)
+{
+    arena *a = arena_new();
+    api_request req;
+    route_match m;
+    static const struct {
+        const char *path;
+        route_id id;
+    } ok[] = {
+        {"/v1/stores/x.h5td/obst/t%2F1/taxonium/config/", ROUTE_TAXONIUM_CONFIG},
+        {"/v1/stores/x.h5td/obst/t%2F1/taxonium/nodes", ROUTE_TAXONIUM_NODES},
+        {"/v1/stores/x.h5td/vart/t%2F1/taxonium/search/", ROUTE_TAXONIUM_SEARCH},
+        {"/v1/stores/x.h5td/obst/t%2F1/taxonium/node_details/", ROUTE_TAXONIUM_NODE_DETAILS},
+        {"/v1/stores/x.h5td/obst/t%2F1/taxonium/tip_atts", ROUTE_TAXONIUM_TIP_ATTS},
+        {"/v1/stores/x.h5td/obst/t%2F1/taxonium/mutations/", ROUTE_TAXONIUM_MUTATIONS},
+        {"/v1/stores/x.h5mu/mod/m/obst/t%2F1/taxonium/nextstrain_json/12", ROUTE_TAXONIUM_NEXTSTRAIN},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        CHECK_EQ(route(ok[i].path, &req, &m, a), 0);
+        CHECK_EQ(m.id, ok[i].id);
+        CHECK_STR_EQ(req.key, "t/1");
+        CHECK(m.handler != NULL);
+        CHECK_EQ(m.methods, (unsigned)(METHOD_GET | METHOD_HEAD));
+    }
+    CHECK_STR_EQ(req.item, "12");
+    CHECK_STR_EQ(req.mod, "m");
+    CHECK_STR_EQ(req.element, "obst");
+    CHECK_EQ(route("/v1/stores/x.h5td/obst/t/taxonium", &req, &m, a), CELLAR_ENOTFOUND);
+    CHECK_EQ(route("/v1/stores/x.h5td/obst/t/taxonium/bogus/", &req, &m, a), CELLAR_ENOTFOUND);
+    CHECK_EQ(route("/v1/stores/x.h5td/obst/t/taxonium/nextstrain_json", &req, &m, a),
+             CELLAR_ENOTFOUND);
+    CHECK_EQ(route("/v1/stores/x.h5td/obst/t/taxonium/nodes/x", &req, &m, a), CELLAR_ENOTFOUND);
+    /* A tree may be called "taxonium": its own routes stay its own. */
+    CHECK_EQ(route("/v1/stores/x.h5td/obst/taxonium/viewport", &req, &m, a), 0);
+    CHECK_EQ(m.id, ROUTE_TREE_VIEWPORT);
+    arena_free(a);
+}

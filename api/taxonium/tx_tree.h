@@ -1,0 +1,83 @@
+/* What every Taxonium route shares: the tree of the request
+ * ({ad}/{obst|vart}/{key}/taxonium/...), its per-version table (coordinates'
+ * scales, the obs / var values offered as meta_* attributes), and the
+ * writer of one node as Taxonium's backend sends it.
+ *
+ * Taxonium's coordinates are the tree index's layout scaled as its own
+ * backend scales a tree (taxonium_data_handling/importing.js and
+ * taxoniumtools): x_dist = x * 600 / (largest x), y = leaf-rank y * 2400 /
+ * (nodes, or nodes * 0.6666 for 10,000 nodes or fewer).  node_id is the
+ * node's number in the tree index (file order); a root is its own parent. */
+#ifndef CELLAR_TX_TREE_H
+#define CELLAR_TX_TREE_H
+
+#include <stdint.h>
+
+#include "api/encode/json_out.h"
+#include "api/request.h"
+#include "storage/anndata/anndata.h"
+#include "storage/trees/tree_index.h"
+
+/* Values of one frame column at the rows the tree's nodes name. */
+typedef struct tx_column {
+    const char *meta;        /* "meta_<column>" */
+    int numeric;             /* numbers or bools (else strings, categories) */
+    column_values vals;      /* at the rows listed in tx_table.rows order */
+} tx_column;
+
+/* Built once per store version and tree (store_derived), immutable. */
+typedef struct tx_table {
+    arena *a;
+    double scale_x, scale_y;
+    double max_x, max_y;     /* extents in Taxonium units (mins are 0) */
+    int32_t *slot;           /* per node: index into the columns' values, -1 none */
+    size_t n_cols;
+    tx_column *cols;
+    size_t bytes;
+} tx_table;
+
+typedef struct tx_req {
+    const char *axis, *key;
+    node *group;
+    const tree_index *t;
+    const tx_table *tab;
+} tx_req;
+
+/* Checks the parameters (sid is always allowed; `extra` NULL-terminated)
+ * and, with json_only, that JSON may be answered (format=, Accept); opens
+ * the store, the tree and its table.  404 for an unknown tree. */
+int tx_open(api_request *req, tx_req *tr, const char *const *extra, int json_only,
+            cellar_error *err);
+
+/* The node of parameter or path text `id` (a node number as Taxonium sends
+ * it): 400 when not an integer or negative, 404 past the last node. */
+int tx_node_id(const tx_req *tr, const char *name, const char *id, int32_t *out,
+               cellar_error *err);
+
+/* The box of min_x, max_x, min_y, max_y (Taxonium units; absent bounds
+ * are the tree's extent, and every bound is clamped to it, as Taxonium's
+ * backend does) into box[0..4) = x0, x1, y0, y1, which may come out empty
+ * (x0 > x1 or y0 > y1) for a box beside the tree; and xType, which must be
+ * x_dist.  400 for a min above its max. */
+int tx_box_params(api_request *req, const tx_req *tr, double box[4], cellar_error *err);
+
+/* Taxonium x / y of a node. */
+double tx_x(const tx_req *tr, int32_t v);
+double tx_y(const tx_req *tr, int32_t v);
+
+/* Writes node v as a Taxonium node object (node_id, parent_id, name,
+ * x_dist, y, num_tips, is_tip, mutations [], meta_* for a node that names a
+ * row), without its closing brace, so callers may add members. */
+void tx_write_node_open(json_out *j, const tx_req *tr, int32_t v);
+
+/* Writes the meta value of column c for node v (null when it has none). */
+void tx_write_meta(json_out *j, const tx_req *tr, const tx_column *c, int32_t v);
+
+/* Whether node v has a value in column c; its text (strings) or number. */
+int tx_meta_text(const tx_req *tr, const tx_column *c, int32_t v, const char **text,
+                 double *num);
+
+/* The answer's last step: JSON content type, or the writer's failure. */
+int tx_finish(json_out *j, api_response *res, const char *hint, cellar_error *err);
+
+#endif

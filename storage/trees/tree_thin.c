@@ -1,0 +1,184 @@
+/* Viewport thinning by bins: see storage/trees/tree_thin.h. */
+#include "storage/trees/tree_thin.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct thin_key {
+    double y;
+    int32_t pre, node, collapsed;
+} thin_key;
+
+typedef struct thin_run {
+    const tree_index *t;
+    const tree_thin_box *box;
+    double h;            /* row height */
+    int32_t *stack;      /* expanded nodes whose children are still to visit */
+    int32_t stack_n, stack_cap;
+    thin_key *out;
+    int32_t out_n, out_cap;
+    int thinned, failed;
+} thin_run;
+
+int64_t tree_thin_row(const tree_thin_box *box, double y)
+{
+    if (y < box->y0)
+        return -1;
+    if (y > box->y1)
+        return box->rows;
+    double h = (box->y1 - box->y0) / box->rows;
+    if (!(h > 0))
+        return 0;
+    double d = floor((y - box->y0) / h);
+    return d >= box->rows ? box->rows - 1 : (int64_t)d;
+}
+
+static int grow(void **p, int32_t *cap, size_t size)
+{
+    int32_t ncap = *cap ? *cap * 2 : 256;
+    void *q = realloc(*p, (size_t)ncap * size);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = ncap;
+    return 0;
+}
+
+static void emit(thin_run *r, int32_t v, int collapsed)
+{
+    if (r->out_n == r->out_cap && grow((void **)&r->out, &r->out_cap, sizeof *r->out)) {
+        r->failed = 1;
+        return;
+    }
+    r->out[r->out_n++] = (thin_key){tree_index_y(r->t, v), tree_index_preorder(r->t, v), v,
+                                    collapsed};
+}
+
+static void push(thin_run *r, int32_t v)
+{
+    if (r->stack_n == r->stack_cap && grow((void **)&r->stack, &r->stack_cap, sizeof *r->stack)) {
+        r->failed = 1;
+        return;
+    }
+    r->stack[r->stack_n++] = v;
+}
+
+static double leaf_lo(const tree_index *t, int32_t v)
+{
+    return tree_index_leaf_first(t, v);
+}
+
+static double leaf_hi(const tree_index *t, int32_t v)
+{
+    return (double)tree_index_leaf_first(t, v) + tree_index_leaf_count(t, v) - 1;
+}
+
+static int meets(const thin_run *r, int32_t v)
+{
+    const tree_thin_box *b = r->box;
+    return leaf_lo(r->t, v) <= b->y1 && leaf_hi(r->t, v) >= b->y0 &&
+           tree_index_x_max(r->t, v) >= b->x0;
+}
+
+static int has_children(const tree_index *t, int32_t v)
+{
+    int32_t nc;
+    tree_index_children(t, v, &nc);
+    return nc > 0;
+}
+
+/* Visits the siblings list[0..n): expands the wide ones, keeps one thin
+ * clade per row. */
+static void visit_list(thin_run *r, const int32_t *list, int32_t n)
+{
+    const tree_index *t = r->t;
+    int32_t lo, hi;
+    tree_index_y_span(t, list, n, r->box->y0, r->box->y1, &lo, &hi);
+    int32_t best = -1;
+    int64_t best_row = 0;
+    for (int32_t i = lo; i <= hi; i++) {
+        int32_t c = i < hi ? list[i] : -1;
+        if (c >= 0 && !meets(r, c))
+            continue;
+        int64_t rlo = c >= 0 ? tree_thin_row(r->box, leaf_lo(t, c)) : 0;
+        int thin = c >= 0 && rlo == tree_thin_row(r->box, leaf_hi(t, c));
+        if (best >= 0 && thin && rlo == best_row) {
+            r->thinned = 1;
+            if (tree_index_x_max(t, c) > tree_index_x_max(t, best))
+                best = c;
+            continue;
+        }
+        if (best >= 0) {
+            int ch = has_children(t, best);
+            emit(r, best, ch);
+            r->thinned |= ch;
+            best = -1;
+        }
+        if (c < 0)
+            break;
+        if (thin) {
+            best = c;
+            best_row = rlo;
+        } else if (tree_index_x(t, c) > r->box->x1) {
+            int ch = has_children(t, c);
+            emit(r, c, ch);
+            r->thinned |= ch;
+        } else {
+            emit(r, c, 0);
+            push(r, c);
+        }
+    }
+}
+
+static int cmp_key(const void *pa, const void *pb)
+{
+    const thin_key *a = pa, *b = pb;
+    if (a->y != b->y)
+        return a->y < b->y ? -1 : 1;
+    return (a->pre > b->pre) - (a->pre < b->pre);
+}
+
+int tree_index_thin(const tree_index *t, const tree_thin_box *box, arena *a,
+                    tree_view_entry **out, int32_t *n_out, int *thinned, cellar_error *err)
+{
+    *out = NULL;
+    *n_out = 0;
+    *thinned = 0;
+    if (box->rows <= 0)
+        return cellar_fail(err, CELLAR_EINVAL, "the number of bins must be positive");
+    if (isnan(box->x0) || isnan(box->x1) || isnan(box->y0) || isnan(box->y1))
+        return cellar_fail(err, CELLAR_EINVAL, "the box bounds must be numbers");
+    if (box->x0 > box->x1 || box->y0 > box->y1)
+        return cellar_fail(err, CELLAR_EINVAL, "the box needs x0 <= x1 and y0 <= y1");
+    thin_run r = {.t = t, .box = box};
+    int32_t nr;
+    const int32_t *roots = tree_index_roots(t, &nr);
+    visit_list(&r, roots, nr);
+    while (r.stack_n > 0 && !r.failed) {
+        int32_t v = r.stack[--r.stack_n], nc;
+        const int32_t *kids = tree_index_children(t, v, &nc);
+        visit_list(&r, kids, nc);
+    }
+    int rc = 0;
+    if (r.failed) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory thinning the tree");
+        goto done;
+    }
+    if (r.out_n > 1)
+        qsort(r.out, (size_t)r.out_n, sizeof *r.out, cmp_key);
+    tree_view_entry *e = arena_calloc(a, (size_t)(r.out_n ? r.out_n : 1), sizeof *e);
+    if (!e) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory thinning the tree");
+        goto done;
+    }
+    for (int32_t i = 0; i < r.out_n; i++)
+        e[i] = (tree_view_entry){r.out[i].node, r.out[i].collapsed};
+    *out = e;
+    *n_out = r.out_n;
+    *thinned = r.thinned;
+done:
+    free(r.stack);
+    free(r.out);
+    return rc;
+}
