@@ -2,10 +2,11 @@
 
 CC      ?= cc
 VERSION := 0.1.0
-PKGS    := libmicrohttpd gnutls hdf5 jansson libuv yajl libzstd liblz4 blosc zlib
+PKGS    := libmicrohttpd gnutls hdf5 jansson libuv yajl libzstd liblz4 blosc zlib libcurl
 DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libgnutls28-dev libhdf5-dev hdf5-plugin-lzf liblzf-dev \
             libjansson-dev libuv1-dev libyajl-dev zlib1g-dev libzstd-dev liblz4-dev \
-            libblosc-dev curl ca-certificates openssl python3 python3-venv zstd haproxy chromium
+            libblosc-dev libcurl4-openssl-dev curl ca-certificates openssl python3 python3-venv zstd haproxy chromium \
+            nginx
 # node and npm (tests/http/zarr_clients: zarrita.js, npm ci from its lock
 # file) come from Debian's nodejs and npm unless a node and an npm are on
 # PATH already (NodeSource's nodejs has its own npm, which Debian's npm
@@ -183,8 +184,17 @@ VIEWER_TESTS := tests/browser/viewer
 $(VIEWER_TESTS)/node_modules/.package-lock.json: $(VIEWER_TESTS)/package.json $(VIEWER_TESTS)/package-lock.json
 	npm ci --no-audit --no-fund --prefix $(VIEWER_TESTS)
 
-pytest: $(BUILD)/cellar venv $(ZARR_CLIENTS)/node_modules/.package-lock.json $(VIEWER_TESTS)/node_modules/.package-lock.json
-	$(SAN_ENV) CELLAR_BIN=$(abspath $(BUILD)/cellar) $(VENV)/bin/python -m pytest -q tests/http
+# SeaweedFS's weed, the S3 server of tests/http/test_remote.py, built from
+# the Go module proxy at this pinned version (the only one it serves) the
+# first time and kept in CELLAR_TEST_CACHE (tests/build_weed.sh).
+CELLAR_TEST_CACHE ?= $(HOME)/.cache/cellar-test
+WEED_VERSION := v0.0.0-20261109003541-7506e5f91cd6
+WEED_BIN := $(CELLAR_TEST_CACHE)/seaweedfs-$(WEED_VERSION)/weed
+$(WEED_BIN):
+	sh tests/build_weed.sh $(WEED_VERSION) $@
+
+pytest: $(BUILD)/cellar venv $(ZARR_CLIENTS)/node_modules/.package-lock.json $(VIEWER_TESTS)/node_modules/.package-lock.json $(WEED_BIN)
+	$(SAN_ENV) CELLAR_BIN=$(abspath $(BUILD)/cellar) CELLAR_WEED=$(WEED_BIN) $(VENV)/bin/python -m pytest -q tests/http
 
 # The layering rules of the README's "Layout", on what the preprocessor includes.
 layout-check:

@@ -22,6 +22,8 @@ const char *cellar_strerror(int code)
     case CELLAR_EUNAVAILABLE: return "Service Unavailable";
     case CELLAR_EPRECONDITION: return "Precondition Failed";
     case CELLAR_EUNAUTHORIZED: return "Unauthorized";
+    case CELLAR_EUPSTREAM: return "Bad Gateway";
+    case CELLAR_ETIMEOUT: return "Gateway Timeout";
     default: return "Internal Server Error";
     }
 }
@@ -44,6 +46,8 @@ int cellar_http_status(int code)
     case CELLAR_EUNAVAILABLE: return 503;
     case CELLAR_EPRECONDITION: return 412;
     case CELLAR_EUNAUTHORIZED: return 401;
+    case CELLAR_EUPSTREAM: return 502;
+    case CELLAR_ETIMEOUT: return 504;
     default: return 500;
     }
 }

@@ -23,7 +23,9 @@ typedef enum {
     CELLAR_EINTERNAL = -10,   /* 500: a bug */
     CELLAR_EUNAVAILABLE = -11, /* 503: shutting down, or not ready */
     CELLAR_EPRECONDITION = -12, /* 412: If-Match / If-Unmodified-Since failed */
-    CELLAR_EUNAUTHORIZED = -13  /* 401: no valid bearer token (--auth-file) */
+    CELLAR_EUNAUTHORIZED = -13, /* 401: no valid bearer token (--auth-file) */
+    CELLAR_EUPSTREAM = -14,   /* 502: a remote store's server failed or refused */
+    CELLAR_ETIMEOUT = -15     /* 504: a remote store's server did not answer in time */
 } cellar_code;
 
 #define CELLAR_ERROR_DETAIL_MAX 512

@@ -7,7 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef enum { OPT_STR, OPT_UINT, OPT_U64, OPT_SIZE, OPT_DOUBLE, OPT_BOOL } opt_type;
+typedef enum { OPT_STR, OPT_UINT, OPT_U64, OPT_SIZE, OPT_DOUBLE, OPT_BOOL, OPT_ROOT, OPT_REMOTE,
+               OPT_TRISTATE } opt_type;
 
 typedef struct option_def {
     const char *flag;   /* --flag */
@@ -21,7 +22,26 @@ typedef struct option_def {
     {flag, env, type, offsetof(server_config, field), help}
 
 static const option_def options[] = {
-    OPT("--root", "CELLAR_ROOT", OPT_STR, root, "data root: every store under it is served (default .)"),
+    OPT("--root", "CELLAR_ROOT", OPT_ROOT, root,
+        "data root: every store under it is served (default .); s3://bucket/prefix serves a bucket's; may be given again"),
+    OPT("--remote", "CELLAR_REMOTE", OPT_REMOTE, remotes,
+        "NAME=URL: one store at an http(s):// or s3:// URL, served as NAME; may be given again (env: blank-separated)"),
+    OPT("--s3-endpoint", "AWS_ENDPOINT_URL_S3", OPT_STR, s3_endpoint,
+        "S3 endpoint URL, e.g. http://127.0.0.1:8333 (default: AWS's for the region; also AWS_ENDPOINT_URL)"),
+    OPT("--s3-region", "AWS_REGION", OPT_STR, s3_region, "S3 region for signing (default us-east-1; also AWS_DEFAULT_REGION)"),
+    OPT("--s3-path-style", "CELLAR_S3_PATH_STYLE", OPT_TRISTATE, s3_path_style,
+        "1: ENDPOINT/BUCKET/KEY, 0: BUCKET.HOST/KEY (default: 1 with --s3-endpoint, else 0)"),
+    OPT("--s3-credentials-file", "AWS_SHARED_CREDENTIALS_FILE", OPT_STR, s3_credentials_file,
+        "AWS credentials file, read when AWS_ACCESS_KEY_ID is not set (default ~/.aws/credentials; none: anonymous)"),
+    OPT("--s3-profile", "AWS_PROFILE", OPT_STR, s3_profile, "profile of the credentials file (default default)"),
+    OPT("--remote-timeout-ms", "CELLAR_REMOTE_TIMEOUT_MS", OPT_U64, remote_timeout_ms,
+        "a remote read, retries included, past this is 504 (default 10000)"),
+    OPT("--remote-retries", "CELLAR_REMOTE_RETRIES", OPT_UINT, remote_retries,
+        "tries again of a remote GET that failed transiently, with backoff (default 2)"),
+    OPT("--remote-recheck-seconds", "CELLAR_REMOTE_RECHECK_SECONDS", OPT_DOUBLE, remote_recheck_seconds,
+        "a remote store's identity (ETags) is fetched again at most this often (default 10)"),
+    OPT("--remote-cache-bytes", "CELLAR_REMOTE_CACHE_BYTES", OPT_SIZE, remote_cache_bytes,
+        "memory for bytes read from remote stores (default 67108864)"),
     OPT("--bind", "CELLAR_BIND", OPT_STR, bind, "address to listen on (default 127.0.0.1)"),
     OPT("--port", "CELLAR_PORT", OPT_UINT, port, "TCP port (default 8080)"),
     OPT("--threads", "CELLAR_THREADS", OPT_UINT, threads, "request threads (default: number of cores)"),
@@ -126,6 +146,27 @@ static int set_value(server_config *cfg, const option_def *o, const char *value)
     case OPT_STR:
         *(const char **)base = value;
         return 0;
+    case OPT_ROOT:
+        if (strncmp(value, "s3://", 5) != 0) {
+            cfg->root = value;
+            cfg->root_given = 1;
+            return 0;
+        }
+        if (cfg->n_s3_roots == CONFIG_MAX_S3_ROOTS)
+            return -1;
+        cfg->s3_roots[cfg->n_s3_roots++] = value;
+        return 0;
+    case OPT_REMOTE:
+        if (cfg->n_remotes == CONFIG_MAX_REMOTES || !strchr(value, '='))
+            return -1;
+        cfg->remotes[cfg->n_remotes++] = value;
+        return 0;
+    case OPT_TRISTATE:
+        if (!strcmp(value, "1") || !strcmp(value, "0")) {
+            *(int *)base = value[0] - '0';
+            return 0;
+        }
+        return -1;
     case OPT_BOOL:
         if (!strcmp(value, "1") || !strcmp(value, "true") || !strcmp(value, "yes"))
             *(int *)base = 1;
@@ -173,6 +214,28 @@ static void config_defaults(server_config *cfg)
     cfg->probe_memory_bytes = 256ull << 20;
     cfg->probe_concurrency = 2;
     cfg->probe_wait_seconds = 10;
+    cfg->s3_path_style = -1;
+    cfg->remote_timeout_ms = 10000;
+    cfg->remote_retries = 2;
+    cfg->remote_recheck_seconds = 10;
+    cfg->remote_cache_bytes = 64u << 20;
+}
+
+/* CELLAR_REMOTE: mounts separated by blanks (copied into one buffer that
+ * lives as long as the process, since cfg points into it). */
+static int env_remotes(server_config *cfg, const char *v)
+{
+    static char copy[16384];
+    if (strlen(v) >= sizeof copy)
+        return -1;
+    strcpy(copy, v);
+    for (char *save = NULL, *t = strtok_r(copy, " \t\n", &save); t;
+         t = strtok_r(NULL, " \t\n", &save)) {
+        if (cfg->n_remotes == CONFIG_MAX_REMOTES || !strchr(t, '='))
+            return -1;
+        cfg->remotes[cfg->n_remotes++] = t;
+    }
+    return 0;
 }
 
 int config_parse(server_config *cfg, int argc, char **argv)
@@ -180,6 +243,17 @@ int config_parse(server_config *cfg, int argc, char **argv)
     config_defaults(cfg);
     for (size_t i = 0; i < N_OPTIONS; i++) {
         const char *v = getenv(options[i].env);
+        if (v && *v && options[i].type == OPT_REMOTE) {
+            if (env_remotes(cfg, v) != 0) {
+                fprintf(stderr, "cellar: bad value '%s' for %s\n", v, options[i].env);
+                return -1;
+            }
+            continue;
+        }
+        if (!v && !strcmp(options[i].env, "AWS_ENDPOINT_URL_S3"))
+            v = getenv("AWS_ENDPOINT_URL");
+        if (!v && !strcmp(options[i].env, "AWS_REGION"))
+            v = getenv("AWS_DEFAULT_REGION");
         if (v && *v && set_value(cfg, &options[i], v) != 0) {
             fprintf(stderr, "cellar: bad value '%s' for %s\n", v, options[i].env);
             return -1;
@@ -219,6 +293,8 @@ int config_parse(server_config *cfg, int argc, char **argv)
             return -1;
         }
     }
+    if (cfg->n_s3_roots && !cfg->root_given)
+        cfg->root = NULL; /* only the bucket's stores, unless a local root is given too */
     if (cfg->threads == 0)
         cfg->threads = 1;
     if (cfg->probe_concurrency == 0)

@@ -6,8 +6,25 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#define CONFIG_MAX_S3_ROOTS 8
+#define CONFIG_MAX_REMOTES 64
+
 typedef struct server_config {
-    const char *root;
+    const char *root;               /* the local data root; NULL: only remote stores */
+    int root_given;                 /* --root DIR (or CELLAR_ROOT) was given */
+    const char *s3_roots[CONFIG_MAX_S3_ROOTS]; /* --root s3://bucket/prefix, in order */
+    size_t n_s3_roots;
+    const char *remotes[CONFIG_MAX_REMOTES];   /* --remote NAME=URL */
+    size_t n_remotes;
+    const char *s3_endpoint;        /* NULL: AWS's for the region */
+    const char *s3_region;
+    int s3_path_style;              /* -1: path style with an endpoint */
+    const char *s3_credentials_file;
+    const char *s3_profile;
+    uint64_t remote_timeout_ms;
+    unsigned remote_retries;
+    double remote_recheck_seconds;
+    size_t remote_cache_bytes;
     const char *bind;
     unsigned port;
     unsigned threads;

@@ -820,6 +820,36 @@ static void render_answer_cache_metrics(answer_cache *c, buf *out)
                (unsigned long long)z.misses);
 }
 
+/* The remote stores' requests and byte cache, when there are any. */
+static void render_remote_metrics(remote_roots *remote, buf *out)
+{
+    if (!remote)
+        return;
+    remote_cache_stats c;
+    remote_cache_get_stats(remote_roots_cache(remote), &c);
+    buf_printf(out,
+               "# HELP cellar_remote_requests_total HTTP requests sent to remote stores, retries included.\n"
+               "# TYPE cellar_remote_requests_total counter\n"
+               "cellar_remote_requests_total %llu\n"
+               "# HELP cellar_remote_cache_bytes Bytes of remote objects kept (--remote-cache-bytes).\n"
+               "# TYPE cellar_remote_cache_bytes gauge\n"
+               "cellar_remote_cache_bytes %zu\n"
+               "# HELP cellar_remote_cache_limit_bytes The bound on them.\n"
+               "# TYPE cellar_remote_cache_limit_bytes gauge\n"
+               "cellar_remote_cache_limit_bytes %zu\n"
+               "# HELP cellar_remote_cache_entries Byte ranges of remote objects kept.\n"
+               "# TYPE cellar_remote_cache_entries gauge\n"
+               "cellar_remote_cache_entries %zu\n"
+               "# HELP cellar_remote_cache_hits_total Remote reads answered from the cache.\n"
+               "# TYPE cellar_remote_cache_hits_total counter\n"
+               "cellar_remote_cache_hits_total %llu\n"
+               "# HELP cellar_remote_cache_misses_total Remote reads that were fetched.\n"
+               "# TYPE cellar_remote_cache_misses_total counter\n"
+               "cellar_remote_cache_misses_total %llu\n",
+               (unsigned long long)remote_client_requests(remote_roots_client(remote)), c.bytes,
+               c.limit, c.entries, (unsigned long long)c.hits, (unsigned long long)c.misses);
+}
+
 /* Service routes answered here rather than in api/. */
 static int answer_service(request_ctx *ctx, buf *body, const char **type, cellar_error *err)
 {
@@ -835,7 +865,9 @@ static int answer_service(request_ctx *ctx, buf *body, const char **type, cellar
             return cellar_fail(err, CELLAR_EUNAVAILABLE, "the server is stopping");
         if (!registry_root_ok(srv->reg))
             return cellar_fail(err, CELLAR_EUNAVAILABLE, "the data root is not readable");
-        char why[256];
+        char why[400];
+        if (registry_remote_ready(srv->reg, why, sizeof why))
+            return cellar_fail(err, CELLAR_EUNAVAILABLE, "%s", why);
         if (watchdog_ready(srv->watch, why, sizeof why))
             return cellar_fail(err, CELLAR_EUNAVAILABLE, "%s", why);
         buf_puts(body, "{\"status\":\"ready\"}");
@@ -845,6 +877,7 @@ static int answer_service(request_ctx *ctx, buf *body, const char **type, cellar
         metrics_render(srv->metrics, registry_open_count(srv->reg),
                        registry_cache_bytes(srv->reg), atomic_load(&srv->in_flight), body);
         render_answer_cache_metrics(srv->answers, body);
+        render_remote_metrics(registry_remote(srv->reg), body);
         if (registry_probes(srv->reg)) {
             probe_stats ps;
             probe_cache_get_stats(registry_probes(srv->reg), &ps);

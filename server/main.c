@@ -13,6 +13,7 @@
 #include "storage/budget.h"
 #include "storage/hdf5/h5.h"
 #include "storage/registry.h"
+#include "storage/remote/remote_store.h"
 #include "storage/zarr/zarr.h"
 
 /* Answers of a megabyte or so (a gene's column, a block of rows) are built
@@ -27,6 +28,71 @@
 
 /* File versions whose probe verdict is remembered. */
 #define PROBE_VERDICTS_KEPT 4096
+
+/* The remote roots and mounts of cfg, with credentials from AWS_* or the
+ * credentials file (anonymous when neither has them); NULL with *failed
+ * 0 when there are none. */
+static remote_roots *remote_setup(const server_config *cfg, int *failed)
+{
+    *failed = 0;
+    if (!cfg->n_s3_roots && !cfg->n_remotes)
+        return NULL;
+    static char key[512], secret[512], token[4096];
+    const char *ek = getenv("AWS_ACCESS_KEY_ID"), *es = getenv("AWS_SECRET_ACCESS_KEY");
+    const char *et = getenv("AWS_SESSION_TOKEN");
+    cellar_error err;
+    cellar_error_clear(&err);
+    if (ek && *ek) {
+        snprintf(key, sizeof key, "%s", ek);
+        snprintf(secret, sizeof secret, "%s", es ? es : "");
+        snprintf(token, sizeof token, "%s", et ? et : "");
+    } else {
+        char home_file[1024] = "";
+        const char *home = getenv("HOME");
+        if (home)
+            snprintf(home_file, sizeof home_file, "%s/.aws/credentials", home);
+        const char *file = cfg->s3_credentials_file ? cfg->s3_credentials_file : home_file;
+        int rc = file[0] ? remote_credentials_read(file, cfg->s3_profile ? cfg->s3_profile
+                                                                         : "default",
+                                                   key, secret, token, sizeof key, &err)
+                         : CELLAR_ENOTFOUND;
+        if (rc && (rc != CELLAR_ENOTFOUND || cfg->s3_credentials_file)) {
+            fprintf(stderr, "cellar: %s\n", err.detail);
+            *failed = 1;
+            return NULL;
+        }
+        if (rc) {
+            key[0] = secret[0] = token[0] = '\0';
+            cellar_error_clear(&err);
+        }
+    }
+    remote_roots_config rc = {
+        .client = {.timeout_ms = (long)cfg->remote_timeout_ms,
+                   .retries = (int)cfg->remote_retries,
+                   .access_key = key,
+                   .secret_key = secret,
+                   .session_token = token,
+                   .region = cfg->s3_region},
+        .s3_endpoint = cfg->s3_endpoint,
+        .path_style = cfg->s3_path_style,
+        .recheck_seconds = cfg->remote_recheck_seconds,
+        .cache_bytes = cfg->remote_cache_bytes,
+    };
+    remote_roots *r = remote_roots_new(&rc, &err);
+    for (size_t i = 0; r && i < cfg->n_s3_roots && !err.code; i++)
+        remote_roots_add_s3(r, cfg->s3_roots[i], &err);
+    for (size_t i = 0; r && i < cfg->n_remotes && !err.code; i++)
+        remote_roots_add_mount(r, cfg->remotes[i], &err);
+    if (!r || err.code) {
+        fprintf(stderr, "cellar: %s\n", err.detail);
+        remote_roots_free(r);
+        *failed = 1;
+        return NULL;
+    }
+    fprintf(stderr, "cellar: %zu S3 root(s), %zu remote store(s), %s\n", cfg->n_s3_roots,
+            cfg->n_remotes, key[0] ? "signed requests" : "anonymous requests");
+    return r;
+}
 
 static void tune_malloc(void)
 {
@@ -47,6 +113,7 @@ int main(int argc, char **argv)
     control_block_signals();
     setvbuf(stderr, NULL, _IOLBF, 0);
     h5_library_init();
+    remote_library_init();
     tune_malloc();
     zarr_chunk_cache_set_limit(cfg.zarr_chunk_cache_bytes);
     budget_set_whole(cfg.max_response_bytes);
@@ -57,6 +124,7 @@ int main(int argc, char **argv)
     http_server *http = NULL;
     probe_runner *prober = NULL;
     probe_cache *probes = NULL;
+    remote_roots *remote = NULL;
     cellar_error err;
     cellar_error_clear(&err);
 
@@ -75,8 +143,13 @@ int main(int argc, char **argv)
             goto done;
         }
     }
+    int remote_failed = 0;
+    remote = remote_setup(&cfg, &remote_failed);
+    if (remote_failed)
+        goto done;
     registry_config rcfg = {
         .root = cfg.root,
+        .remote = remote,
         .max_open_stores = cfg.max_open_stores,
         .idle_seconds = cfg.idle_seconds,
         .probes = probes,
@@ -99,7 +172,7 @@ int main(int argc, char **argv)
     if (probes)
         probe_cache_set_submit(probes, http_submit_background, http);
     fprintf(stderr, "cellar %s: serving %s on %s://%s:%u with %u threads\n", CELLAR_VERSION,
-            cfg.root, cfg.tls_cert ? "https" : "http", cfg.bind, cfg.port, cfg.threads);
+            cfg.root ? cfg.root : cfg.n_s3_roots ? cfg.s3_roots[0] : "-", cfg.tls_cert ? "https" : "http", cfg.bind, cfg.port, cfg.threads);
     control_config ccfg = {
         .reg = reg,
         .http = http,
@@ -114,6 +187,7 @@ done:
     if (http)
         http_drain_and_stop(http, 0);
     registry_free(reg);
+    remote_roots_free(remote);
     probe_cache_free(probes);
     probe_runner_free(prober);
     metrics_free(m);

@@ -40,6 +40,9 @@ typedef struct file_identity {
     struct timespec mtime;
     struct timespec dir_mtime; /* zarr: the directory's own mtime */
     unsigned meta;             /* zarr: bit i set when zarr_meta[i] exists */
+    /* A remote store (storage/remote/remote_store.h): ino holds the hash
+     * of the ETags its identity covers, dev is 0. */
+    int remote;
     /* zarr: the newest change an earlier version of this name saw in its
      * files while it served (zarr_changed_since_open), 0 when none.  Not
      * on disk but part of the ETag: a store rewritten in place with its
@@ -96,6 +99,9 @@ struct registry {
     /* serializes opening new zarr versions: apart from open_lock, so a
      * file stuck inside libhdf5 does not hold up zarr stores */
     pthread_mutex_t zarr_open_lock;
+    /* serializes opening remote versions: a slow remote holds up no local
+     * store */
+    pthread_mutex_t remote_open_lock;
     pthread_cond_t released; /* a non-current version was freed */
     store **open;      /* current versions */
     store *retired;    /* older versions still referenced by requests */
@@ -213,6 +219,8 @@ int registry_fail_unknown(cellar_error *err, const char *name)
 static int resolve_inside(registry *r, const char *name, char **out, cellar_error *err)
 {
     *out = NULL;
+    if (!r->root)
+        return registry_fail_unknown(err, name);
     if (!name_is_safe(name)) {
         fprintf(stderr, "cellar: refused store name '%.200s' (not a plain relative name)\n",
                 name);
@@ -258,6 +266,7 @@ static int read_identity_as(const char *path, int zarr_directory, const file_ide
     id->dir_mtime = st.st_mtim;
     id->meta = 0;
     id->rewritten = 0;
+    id->remote = 0;
     if (!zarr_directory)
         return 0;
     char p[PATH_MAX];
@@ -289,7 +298,7 @@ static int read_identity(const char *path, int zarr_directory, file_identity *id
 
 static int identity_equal(const file_identity *a, const file_identity *b)
 {
-    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+    return a->remote == b->remote && a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
            a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
            a->dir_mtime.tv_sec == b->dir_mtime.tv_sec &&
            a->dir_mtime.tv_nsec == b->dir_mtime.tv_nsec && a->meta == b->meta;
@@ -346,9 +355,9 @@ static void mark_rewrite_locked(registry *r, const char *name, int64_t at)
 
 registry *registry_new(const registry_config *cfg, cellar_error *err)
 {
-    char *real = realpath(cfg->root, NULL);
+    char *real = cfg->root ? realpath(cfg->root, NULL) : NULL;
     struct stat st;
-    if (!real || stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    if (cfg->root && (!real || stat(real, &st) != 0 || !S_ISDIR(st.st_mode))) {
         free(real);
         cellar_fail(err, CELLAR_ENOTFOUND, "data root '%s' is not a readable directory",
                     cfg->root);
@@ -361,7 +370,7 @@ registry *registry_new(const registry_config *cfg, cellar_error *err)
         return NULL;
     }
     r->root = real;
-    r->root_len = strlen(real);
+    r->root_len = real ? strlen(real) : 0;
     r->cfg = *cfg;
     r->cfg.root = r->root;
     if (r->cfg.max_open_stores == 0)
@@ -369,6 +378,7 @@ registry *registry_new(const registry_config *cfg, cellar_error *err)
     pthread_mutex_init(&r->lock, NULL);
     pthread_mutex_init(&r->open_lock, NULL);
     pthread_mutex_init(&r->zarr_open_lock, NULL);
+    pthread_mutex_init(&r->remote_open_lock, NULL);
     pthread_cond_init(&r->released, NULL);
     return r;
 }
@@ -414,6 +424,7 @@ void registry_free(registry *r)
     pthread_mutex_destroy(&r->lock);
     pthread_mutex_destroy(&r->open_lock);
     pthread_mutex_destroy(&r->zarr_open_lock);
+    pthread_mutex_destroy(&r->remote_open_lock);
     pthread_cond_destroy(&r->released);
     for (size_t i = 0; i < r->n_marks; i++)
         free(r->marks[i].name);
@@ -435,6 +446,9 @@ static void store_name_etag(store *s)
     int n = snprintf(s->etag, sizeof s->etag, "\"%016" PRIx64 "-%llx-%llx.%09lx",
                      hash64(s->name, strlen(s->name)), (unsigned long long)id->size,
                      (unsigned long long)id->mtime.tv_sec, (unsigned long)id->mtime.tv_nsec);
+    if (id->remote && n > 0 && (size_t)n < sizeof s->etag)
+        n += snprintf(s->etag + n, sizeof s->etag - (size_t)n, "-t%llx",
+                      (unsigned long long)id->ino);
     if (id->rewritten && n > 0 && (size_t)n < sizeof s->etag)
         n += snprintf(s->etag + n, sizeof s->etag - (size_t)n, "-r%llx",
                       (unsigned long long)id->rewritten);
@@ -448,6 +462,19 @@ static void store_name_cache_tag(store *s)
     size_t len = strlen(s->etag);
     snprintf(s->cache_tag, sizeof s->cache_tag, "%.*s-%lx-%lx", len > 2 ? (int)(len - 2) : 0,
              s->etag + 1, (unsigned long)s->id.dev, (unsigned long)s->id.ino);
+}
+
+/* A remote store's tree, from the identity remote_roots_identity gave
+ * last: zarr directory stores through a remote key source. */
+static int open_remote(registry *r, store *s, cellar_error *err)
+{
+    if (s->backend != BACKEND_ZARR || zip_store_name(s->name))
+        return cellar_fail(err, CELLAR_EFORMAT,
+                           "remote store '%s': only zarr directory stores are read remotely",
+                           s->name);
+    zarr_source *src = NULL;
+    int rc = remote_roots_open_zarr(r->cfg.remote, s->name, &src, err);
+    return rc ? rc : zarr_open_source(src, s->name, &s->root, err);
 }
 
 static int store_open(registry *r, const char *name, const char *path,
@@ -468,6 +495,10 @@ static int store_open(registry *r, const char *name, const char *path,
     if (!s->name || !s->path) {
         rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory");
         goto done;
+    }
+    if (id->remote) {
+        rc = open_remote(r, s, err);
+        goto opened;
     }
     struct stat st;
     if (stat(path, &st) != 0) {
@@ -496,6 +527,7 @@ static int store_open(registry *r, const char *name, const char *path,
         }
         rc = h5_open(path, &s->root, err);
     }
+opened:
     if (rc)
         goto done;
     s->kind = store_kind_detect(s->root);
@@ -634,6 +666,8 @@ static int open_stable(registry *r, const char *name, const char *path,
                        const file_identity *first, store **out, cellar_error *err)
 {
     enum { ATTEMPTS = 5 };
+    if (first->remote) /* the identity is the remote's, fetched once */
+        return store_open(r, name, path, first, out, err);
     file_identity before = *first;
     for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
         store *s = NULL;
@@ -676,7 +710,8 @@ static int open_and_install(registry *r, const char *name, const char *path,
     pthread_mutex_lock(&r->lock);
     *out = take_current_locked(r, name, id, victims, &n_victims);
     int rc = 0;
-    if (!*out && backend_of(name) == BACKEND_HDF5 && wait_same_file_closed_locked(r, id))
+    if (!*out && !id->remote && backend_of(name) == BACKEND_HDF5 &&
+        wait_same_file_closed_locked(r, id))
         rc = cellar_fail(err, CELLAR_EUNAVAILABLE, "store '%s' is being rewritten; retry",
                          name);
     pthread_mutex_unlock(&r->lock);
@@ -720,7 +755,7 @@ static int open_and_install(registry *r, const char *name, const char *path,
  * broken symlink, a name never opened) returns NULL for the full path. */
 static store *take_unchanged(registry *r, const char *name)
 {
-    if (!name_is_safe(name))
+    if (!r->root || !name_is_safe(name))
         return NULL;
     char joined[PATH_MAX];
     int n = snprintf(joined, sizeof joined, "%s/%s", r->root, name);
@@ -745,15 +780,61 @@ static store *take_unchanged(registry *r, const char *name)
     return cur;
 }
 
+/* registry_get of a remote store: its identity (kept for
+ * --remote-recheck-seconds, fetched again at once when the version in use
+ * saw an object change under it), then the version of that identity. */
+static int get_remote(registry *r, const char *name, store **out, cellar_error *err)
+{
+    if (!name_is_safe(name))
+        return registry_fail_unknown(err, name);
+    pthread_mutex_lock(&r->lock);
+    store *cur = find_open(r, name, NULL);
+    int force = cur && store_files_changed(cur);
+    pthread_mutex_unlock(&r->lock);
+    remote_identity rid;
+    cellar_error local;
+    cellar_error_clear(&local);
+    int rc = remote_roots_identity(r->cfg.remote, name, is_zarr_directory(name), force, &rid,
+                                   &local);
+    if (rc == CELLAR_ENOTFOUND)
+        return registry_fail_unknown(err, name);
+    if (rc)
+        return cellar_fail(err, rc, "store '%s': %s", name, local.detail);
+    file_identity id = {.remote = 1,
+                        .ino = (ino_t)rid.tag,
+                        .size = (off_t)rid.size,
+                        .mtime = {rid.mtime, 0},
+                        .dir_mtime = {rid.mtime, 0}};
+    store *victims[1];
+    size_t n_victims = 0;
+    pthread_mutex_lock(&r->lock);
+    *out = take_current_locked(r, name, &id, victims, &n_victims);
+    pthread_mutex_unlock(&r->lock);
+    free_victims(victims, n_victims);
+    if (*out)
+        return 0;
+    pthread_mutex_lock(&r->remote_open_lock);
+    rc = open_and_install(r, name, rid.url, &id, out, err);
+    pthread_mutex_unlock(&r->remote_open_lock);
+    return rc;
+}
+
 int registry_get(registry *r, const char *name, store **out, cellar_error *err)
 {
+    *out = NULL;
+    if (r->cfg.remote && remote_roots_is_mount(r->cfg.remote, name))
+        return get_remote(r, name, out, err);
     *out = take_unchanged(r, name);
     if (*out)
         return 0;
     char *path = NULL;
-    int rc = resolve_inside(r, name, &path, err);
+    cellar_error local;
+    cellar_error_clear(&local);
+    int rc = resolve_inside(r, name, &path, &local);
+    if (rc == CELLAR_ENOTFOUND && remote_roots_has_s3(r->cfg.remote))
+        return get_remote(r, name, out, err);
     if (rc)
-        return rc;
+        return cellar_fail(err, rc, "%s", local.detail);
     file_identity id;
     if (read_identity(path, is_zarr_directory(name), &id) != 0) {
         free(path);
@@ -889,7 +970,19 @@ probe_cache *registry_probes(registry *r)
 
 int registry_root_ok(registry *r)
 {
-    return access(r->root, R_OK | X_OK) == 0;
+    return !r->root || access(r->root, R_OK | X_OK) == 0;
+}
+
+remote_roots *registry_remote(registry *r)
+{
+    return remote_roots_any(r->cfg.remote) ? r->cfg.remote : NULL;
+}
+
+int registry_remote_ready(registry *r, char *why, size_t size)
+{
+    if (!remote_roots_any(r->cfg.remote))
+        return 0;
+    return remote_roots_ready(r->cfg.remote, why, size);
 }
 
 /* ---- listing ---- */
@@ -947,9 +1040,10 @@ static int listing_walk(registry *r, listing_acc *acc, const char *rel, int dept
         if (!name_is_safe(child_rel) || resolve_inside(r, child_rel, &real, NULL) != 0) {
             /* Not a store name: maybe a folder to descend into. */
             char full[PATH_MAX];
-            snprintf(full, sizeof full, "%s/%s", r->root, child_rel);
+            int fw = snprintf(full, sizeof full, "%s/%s", r->root, child_rel);
             struct stat lst;
-            if (lstat(full, &lst) == 0 && S_ISDIR(lst.st_mode))
+            if (fw > 0 && (size_t)fw < sizeof full && lstat(full, &lst) == 0 &&
+                S_ISDIR(lst.st_mode))
                 rc = listing_walk(r, acc, child_rel, depth + 1);
             if (rc)
                 break;
@@ -976,13 +1070,47 @@ static int listing_cmp(const void *a, const void *b)
     return strcmp(((const store_listing *)a)->name, ((const store_listing *)b)->name);
 }
 
+/* The remote roots' and mounts' stores, after the local ones (a local
+ * store of the same name is served, so its entry stays). */
+static int listing_remote(registry *r, listing_acc *acc, cellar_error *err)
+{
+    remote_listed *items = NULL;
+    size_t n = 0;
+    size_t local = acc->n;
+    int rc = remote_roots_list(r->cfg.remote, segment_is_store, &items, &n, err);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n && !rc; i++) {
+        int shadowed = 0;
+        for (size_t j = 0; j < local && !shadowed; j++)
+            shadowed = !strcmp(acc->items[j].name, items[i].name) &&
+                       !remote_roots_is_mount(r->cfg.remote, items[i].name);
+        if (shadowed || !name_is_safe(items[i].name))
+            continue;
+        struct stat st;
+        memset(&st, 0, sizeof st);
+        st.st_size = (off_t)items[i].size;
+        st.st_mtim.tv_sec = items[i].mtime;
+        rc = listing_push(acc, items[i].name, &st);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(items[i].name);
+    free(items);
+    return rc ? cellar_fail(err, rc, "out of memory listing remote stores") : 0;
+}
+
 int registry_list(registry *r, arena *a, store_listing **out, size_t *count,
                   cellar_error *err)
 {
     listing_acc acc = {.a = a};
-    int rc = listing_walk(r, &acc, "", 0);
+    int rc = r->root ? listing_walk(r, &acc, "", 0) : 0;
     if (rc)
         return cellar_fail(err, rc, "could not list the data root");
+    if (remote_roots_any(r->cfg.remote)) {
+        rc = listing_remote(r, &acc, err);
+        if (rc)
+            return rc;
+    }
     if (acc.n)
         qsort(acc.items, acc.n, sizeof *acc.items, listing_cmp);
     /* Kinds the suffix cannot tell (.h5, .zarr) come from opening the store. */
@@ -1032,6 +1160,11 @@ node *store_root(store *s)
 
 int store_unchanged(const store *s)
 {
+    if (s->id.remote)
+        return !store_files_changed(s) && s->reg &&
+               remote_roots_still(s->reg->cfg.remote, s->name, (uint64_t)s->id.ino) &&
+               (s->backend != BACKEND_ZARR ||
+                remote_source_unchanged(s->reg->cfg.remote, zarr_store_source(s->root)));
     file_identity now;
     return !store_files_changed(s) && read_identity_as(s->path, is_zarr_directory(s->name), &s->id, &now) == 0 &&
            identity_equal(&now, &s->id);

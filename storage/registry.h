@@ -20,6 +20,7 @@
 #include "storage/kind.h"
 #include "storage/node.h"
 #include "storage/probe_cache.h"
+#include "storage/remote/remote_store.h"
 
 typedef struct registry registry;
 typedef struct store store;
@@ -29,7 +30,7 @@ typedef enum store_backend { BACKEND_HDF5 = 1, BACKEND_ZARR } store_backend;
 const char *store_backend_name(store_backend b);
 
 typedef struct registry_config {
-    const char *root;          /* data root directory */
+    const char *root;          /* data root directory; NULL: only remote stores */
     size_t max_open_stores;    /* LRU bound on open versions kept without references */
     double idle_seconds;       /* close a store unused this long */
     /* Verdicts of the probe process that walks every HDF5 file version
@@ -37,6 +38,10 @@ typedef struct registry_config {
      * outlive the registry.  NULL: files are opened without a probe
      * (unit tests). */
     probe_cache *probes;
+    /* Remote stores (storage/remote/remote_store.h): mounts are served
+     * before local stores of the same name, S3 roots' stores after them.
+     * Borrowed, must outlive the registry; NULL: none. */
+    remote_roots *remote;
 } registry_config;
 
 /* Creates a registry over cfg->root (copied). NULL + err on failure
@@ -104,11 +109,19 @@ probe_cache *registry_probes(registry *r);
 /* Whether the data root is readable (for /readyz). */
 int registry_root_ok(registry *r);
 
+/* The remote roots of the configuration (for /metrics), or NULL. */
+remote_roots *registry_remote(registry *r);
+
+/* Whether every S3 root can be listed (for /readyz): 0, else the reason
+ * in why. */
+int registry_remote_ready(registry *r, char *why, size_t size);
+
 /* ---- one store version ---- */
 
 const char *store_name(const store *s);
 /* The store's canonical path on disk (realpath, inside the root; for zarr the
- * directory). Borrowed, valid while the version is referenced. */
+ * directory), or a remote store's URL. Borrowed, valid while the version is
+ * referenced. */
 const char *store_path(const store *s);
 store_kind store_get_kind(const store *s);
 store_backend store_get_backend(const store *s);

@@ -1,0 +1,445 @@
+"""Remote stores (issue 18): S3 roots and HTTP mounts.
+
+The zarr fixtures of the local zip-store suite (zip_writers.write_good:
+anndata v2 and sharded v3, ZipStore-written twins, a TreeData v3) are
+uploaded to a bucket of a real S3 server (SeaweedFS's `weed mini`, built
+from the Go module proxy at a pinned version by tests/build_weed.sh) and
+served from a folder by Debian's nginx.  One cellar serves them remotely
+(`--root s3://cellar/lab` beside a local root, and `--remote NAME=URL`
+mounts of the nginx folder), another serves the same folder locally; every
+route family answers byte for byte alike.  Then: an object replaced in the
+bucket is served in its new version after the recheck interval and never
+mixed with the old; faults (the S3 server stopped, hung past the timeout,
+a wrong secret key, a remote answering 503 or 404) give clean 502/504
+problems naming the remote status within the timeout while local stores
+keep being served, and serving recovers when the remote does; /readyz
+reports an S3 root that cannot be listed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+import remote_servers as RS
+import zip_writers as ZW
+from conftest import assert_problem, store_path
+
+BUCKET = "cellar"
+PREFIX = "lab"
+TIMEOUT_MS = 3000
+RECHECK = 1.0
+SETTLE = 2.5  # objects written this recently are not trusted yet (remote_store.h)
+DIR_STORES = [ZW.AD_V2_DIR, ZW.AD_V3_DIR, ZW.AD_V2_ZS_DIR, ZW.AD_V3_ZS_DIR, ZW.TD_V3_DIR]
+LOCAL_ONLY = "here.zarr"   # a local store on the remote-serving cellar
+
+
+# ------------------------------------------------------------ fixtures
+TD_CONSOLIDATED = "td_v3_consolidated.zarr"  # what the web server serves as web/td_v3.zarr
+
+
+@pytest.fixture(scope="module")
+def zroot(tmp_path_factory) -> Path:
+    """The zip suite's stores, and a copy of the TreeData store with
+    consolidated metadata: plain HTTP has no listing, so a store behind a
+    web server must say what it holds (as zarr-python needs over HTTP)."""
+    import zarr
+    root = tmp_path_factory.mktemp("remote") / "root"
+    ZW.write_good(root)
+    shutil.copytree(root / ZW.TD_V3_DIR, root / TD_CONSOLIDATED)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zarr.consolidate_metadata(str(root / TD_CONSOLIDATED))
+    return root
+
+
+@pytest.fixture(scope="module")
+def weed(tmp_path_factory, zroot):
+    work = tmp_path_factory.mktemp("weed")
+    s3 = RS.WeedS3(work, work / "weed.log").start()
+    client = RS.S3Client(s3.endpoint)
+    client.create_bucket(BUCKET)
+    client.upload_tree(BUCKET, PREFIX, zroot, DIR_STORES)
+    time.sleep(SETTLE)  # quiet, so the first versions are trusted at once
+    yield s3
+    s3.stop()
+
+
+@pytest.fixture(scope="module")
+def web(tmp_path_factory, zroot):
+    n = RS.Nginx(zroot, tmp_path_factory.mktemp("nginx")).start()
+    yield n
+    n.stop()
+
+
+@pytest.fixture(scope="module")
+def creds(tmp_path_factory) -> Path:
+    p = tmp_path_factory.mktemp("aws") / "credentials"
+    p.write_text(f"[default]\naws_access_key_id = {RS.ACCESS_KEY}\n"
+                 f"aws_secret_access_key = {RS.SECRET_KEY}\n")
+    return p
+
+
+@pytest.fixture(scope="module")
+def here_root(tmp_path_factory, zroot) -> Path:
+    root = tmp_path_factory.mktemp("here")
+    shutil.copytree(zroot / ZW.AD_V2_DIR, root / LOCAL_ONLY)
+    return root
+
+
+def remote_args(weed, web, creds, *extra):
+    args = ["--root", f"s3://{BUCKET}/{PREFIX}", "--s3-endpoint", weed.endpoint,
+            "--s3-credentials-file", str(creds), "--remote-timeout-ms", str(TIMEOUT_MS),
+            "--remote-recheck-seconds", str(RECHECK)]
+    for name in DIR_STORES:
+        served = TD_CONSOLIDATED if name == ZW.TD_V3_DIR else name
+        args += ["--remote", f"web/{name}={web.base}/{served}"]
+    return args + list(extra)
+
+
+@pytest.fixture(scope="module")
+def local(zroot, server_factory):
+    return server_factory(zroot)
+
+
+@pytest.fixture(scope="module")
+def remote(here_root, weed, web, creds, server_factory):
+    return server_factory(here_root, *remote_args(weed, web, creds))
+
+
+def get(server, store, route="", headers=None):
+    seg, _, q = route.partition("?")
+    url = server.base + store_path(store) + (f"/{seg}" if seg else "") + (f"?{q}" if q else "")
+    return server.session.get(url, headers=headers, timeout=30)
+
+
+# ------------------------------------------------------------ the servers themselves
+def test_the_s3_server_is_real_and_signed(weed, zroot):
+    """The bucket holds the fixtures; anonymous reads are refused, a
+    listing signed with the test identity works."""
+    r = requests.get(f"{weed.endpoint}/{BUCKET}/{PREFIX}/{ZW.AD_V3_DIR}/zarr.json", timeout=10)
+    assert r.status_code == 403, r.status_code
+    c = RS.S3Client(weed.endpoint)
+    r = c.request("GET", BUCKET, f"{PREFIX}/{ZW.AD_V3_DIR}/zarr.json")
+    assert r.status_code == 200 and r.content == (zroot / ZW.AD_V3_DIR / "zarr.json").read_bytes()
+
+
+def test_store_list_names_remote_and_local_stores(remote, local):
+    listed = {e["name"]: e for e in remote.get("/v1/stores").json()["stores"]}
+    here = {e["name"]: e for e in local.get("/v1/stores").json()["stores"]}
+    for name in DIR_STORES:
+        assert listed[name]["backend"] == "zarr" and listed[name]["kind"] == here[name]["kind"], name
+        assert listed["web/" + name]["kind"] == here[name]["kind"], name
+    assert listed[LOCAL_ONLY]["kind"] == "anndata"
+    # S3 listings add the store's objects up; plain HTTP has no listing
+    assert listed[ZW.AD_V3_DIR]["bytes"] == here[ZW.AD_V3_DIR]["bytes"]
+    assert listed["web/" + ZW.AD_V3_DIR]["bytes"] is None
+
+
+# ------------------------------------------------------------ every route equals the local copy
+ROUTES = {
+    "anndata": ["obs", "var", "obs/schema", "var/schema", "obs?format=csv",
+                "obs?rows=3:9&columns=cat,f32", "obs?categorical=codes", "var?format=csv",
+                "X", "X?format=bin", "X?format=npy", "X?rows=3:17&cols=1:5", "X?rows=40,2,7",
+                "X?cols=2&format=bin", "layers/counts", "layers/counts?layout=csr&format=bin",
+                "layers/counts?format=npz", "obsm/X_pca", "obsm/X_pca?format=npy", "varm/loadings",
+                "obsp/distances", "obsp/distances?format=bin", "uns", "uns/params", "uns/note",
+                "raw/X", "raw/var/schema", "raw/var", "raw/X?cols=0:3&format=bin",
+                "obs?obs_names=AAAC-04,AAAC-17", "X?obs_names=AAAC-04",
+                "X?var_names=ENSG00003&format=bin", "X?var_names=ENSG00001,ENSG00005"],
+    "treedata": ["obs", "obst", "obst/tree1", "obst/tree1?format=newick", "X", "obs/schema",
+                 "obst/tree1/leaves"],
+}
+KIND = {ZW.TD_V3_DIR: "treedata"}
+SUMMARY_FILE_KEYS = {"name", "etag", "mtime", "bytes"}
+
+
+@pytest.mark.parametrize("via", ["s3", "http"])
+@pytest.mark.parametrize("name", DIR_STORES)
+def test_every_route_equals_local(remote, local, name, via):
+    """Summary, frames, X by rows and by gene, layers, obsm/obsp, uns,
+    raw and trees answer from the bucket (and from nginx) byte for byte
+    as from the local copy (the summary: but for what names the copy)."""
+    there = name if via == "s3" else "web/" + name
+    a, b = get(remote, there), get(local, name)
+    assert a.status_code == b.status_code == 200, (a.text[:300], b.text[:300])
+    ja, jb = a.json(), b.json()
+    assert {k: v for k, v in ja.items() if k not in SUMMARY_FILE_KEYS} == \
+           {k: v for k, v in jb.items() if k not in SUMMARY_FILE_KEYS}
+    for route in ROUTES[KIND.get(name, "anndata")]:
+        a, b = get(remote, there, route), get(local, name, route)
+        assert a.status_code == b.status_code == 200, (route, a.text[:300], b.text[:300])
+        assert a.content == b.content, route
+        assert a.headers.get("Content-Type") == b.headers.get("Content-Type"), route
+
+
+@pytest.mark.parametrize("via", ["s3", "http"])
+def test_trees_subtree_and_nodes_equal_local(remote, local, via):
+    there = ZW.TD_V3_DIR if via == "s3" else "web/" + ZW.TD_V3_DIR
+    tree = get(local, ZW.TD_V3_DIR, "obst/tree1").json()
+    root = next(n["id"] for n in tree["nodes"] if not any(e["target"] == n["id"] for e in tree["links"]))
+    for route in (f"obst/tree1/subtree?root={root}&depth=2", f"obst/tree1/nodes/{root}",
+                  f"obst/tree1/ancestors?node={root}"):
+        a, b = get(remote, there, route), get(local, ZW.TD_V3_DIR, route)
+        assert a.status_code == b.status_code, (route, a.text[:200], b.text[:200])
+        assert a.content == b.content, route
+
+
+def _store_files(zroot: Path, name: str) -> dict[str, bytes]:
+    d = zroot / name
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def raw(store: str, key: str) -> str:
+    return store_path(store) + "/zarr/" + key
+
+
+@pytest.mark.parametrize("via", ["s3", "http"])
+@pytest.mark.parametrize("name", [ZW.AD_V2_DIR, ZW.AD_V3_DIR])
+def test_raw_keys_equal_local(remote, local, zroot, name, via):
+    """Every key is served with the local copy's bytes and headers (the
+    zarr views: metadata as stored or built, chunks and shards), with
+    Range and HEAD."""
+    there = name if via == "s3" else "web/" + name
+    for key, data in _store_files(zroot, name).items():
+        a = remote.session.get(remote.base + raw(there, key), timeout=30)
+        b = local.session.get(local.base + raw(name, key), timeout=30)
+        assert a.status_code == b.status_code == 200, (key, a.text[:300])
+        assert a.content == b.content, key
+        if key not in ("zarr.json", ".zmetadata"):
+            assert a.content == data, key
+        assert a.headers["Content-Type"] == b.headers["Content-Type"], key
+    key = "X/c/0/0" if name == ZW.AD_V3_DIR else "X/0.0"
+    data = (zroot / name / key).read_bytes()
+    r = remote.session.get(remote.base + raw(there, key), headers={"Range": "bytes=2-9"}, timeout=30)
+    assert r.status_code == 206 and r.content == data[2:10]
+    h = remote.session.head(remote.base + raw(there, key), timeout=30)
+    assert h.status_code == 200 and int(h.headers["Content-Length"]) == len(data)
+    assert_problem(remote.session.get(remote.base + raw(there, "nope/0.0"), timeout=30), 404)
+
+
+def test_s3_listing_serves_unconsolidated_directories(remote, local):
+    """The raw route's directory index comes from the S3 listing."""
+    import fsspec
+    fs = fsspec.filesystem("http")
+    for rel in ("", "obs", "X"):
+        a = sorted(p.rstrip("/").rsplit("/", 1)[1]
+                   for p in fs.ls(remote.base + store_path(ZW.AD_V2_DIR) + "/zarr/" + rel, detail=False))
+        b = sorted(p.rstrip("/").rsplit("/", 1)[1]
+                   for p in fs.ls(local.base + store_path(ZW.AD_V2_DIR) + "/zarr/" + rel, detail=False))
+        assert a == b and a, (rel, a, b)
+
+
+def test_zarr_python_reads_the_bucket_through_cellar(remote, zroot):
+    import zarr
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = zarr.open_group(remote.base + store_path(ZW.AD_V3_DIR) + "/zarr", mode="r")
+        here = zarr.open_group(zroot / ZW.AD_V3_DIR, mode="r")
+        for path in ("X", "obs/f32", "obsm/X_pca", "layers/counts/data"):
+            np.testing.assert_array_equal(g[path][...], here[path][...], err_msg=path)
+
+
+def test_local_stores_beside_remote(remote, zroot):
+    r = get(remote, LOCAL_ONLY, "X?format=bin")
+    assert r.status_code == 200
+    ref = get(remote, ZW.AD_V2_DIR, "X?format=bin")
+    assert r.content == ref.content
+
+
+def test_metrics_count_remote_requests(remote):
+    text = remote.get("/metrics").text
+    lines = {ln.split(" ")[0]: ln.split(" ")[1] for ln in text.splitlines()
+             if ln.startswith("cellar_remote_")}
+    assert float(lines["cellar_remote_requests_total"]) > 0
+    assert "cellar_remote_cache_bytes" in lines and "cellar_remote_cache_hits_total" in lines
+
+
+# ------------------------------------------------------------ replaced objects
+def _digest(resp) -> str:
+    return hashlib.sha256(resp.content).hexdigest()
+
+
+def _versions_of(zroot: Path, tmp: Path):
+    """Two versions of one store: the fixture's, and the same store with
+    X doubled (written by anndata), differing in every chunk of X."""
+    import anndata as ad
+    a = ZW.make_adata()
+    b = a.copy()
+    b.X = b.X * 2
+    va, vb = tmp / "a.zarr", tmp / "b.zarr"
+    ZW.write_dir(a, va, 3, False)
+    ZW.write_dir(b, vb, 3, False)
+    assert not np.array_equal(ad.read_zarr(va).X, ad.read_zarr(vb).X)
+    return va, vb
+
+
+def _wait_for_version(server, store, route, want, other, limit):
+    """Polls until the answer is want; every answer on the way is either
+    version whole.  Returns the seconds it took."""
+    t0 = time.monotonic()
+    while True:
+        r = get(server, store, route)
+        assert r.status_code in (200, 503), (r.status_code, r.text[:300])
+        if r.status_code == 200:
+            d = _digest(r)
+            assert d in (want, other), "an answer mixed two versions"
+            if d == want:
+                return time.monotonic() - t0, r
+        assert time.monotonic() - t0 < limit, "the new version was not served in time"
+        time.sleep(0.05)
+
+
+def test_replaced_objects_are_a_new_version_never_mixed(remote, weed, tmp_path, zroot,
+                                                      server_factory):
+    """Every object of a store replaced in the bucket, one PUT after the
+    other: the old version is served whole until the recheck interval has
+    passed, then the new one with a new ETag; no answer ever holds chunks
+    of both (a listing taken while the objects were being written is not
+    trusted until they are quiet, and every GET names the ETag its
+    version listed)."""
+    va, vb = _versions_of(zroot, tmp_path)
+    ref = server_factory(tmp_path)  # the two versions, read locally
+    want_a = _digest(get(ref, "a.zarr", "X?format=bin"))
+    want_b = _digest(get(ref, "b.zarr", "X?format=bin"))
+    assert want_a != want_b
+    c = RS.S3Client(weed.endpoint)
+    c.upload_tree(BUCKET, f"{PREFIX}/swap.zarr", va)
+    _, ra = _wait_for_version(remote, "swap.zarr", "X?format=bin", want_a, want_a, 10)
+    c.upload_tree(BUCKET, f"{PREFIX}/swap.zarr", vb)
+    took, rb = _wait_for_version(remote, "swap.zarr", "X?format=bin", want_b, want_a,
+                                 RECHECK + SETTLE + 8)
+    assert rb.headers["ETag"] != ra.headers["ETag"]
+    for _ in range(5):
+        assert _digest(get(remote, "swap.zarr", "X?format=bin")) == want_b
+
+
+def test_http_mount_replaced(tmp_path, zroot, server_factory, creds, weed):
+    """A store behind nginx replaced on the web server (renamed over): the
+    mount serves the new version after the recheck interval, never mixed."""
+    va, vb = _versions_of(zroot, tmp_path)
+    site = tmp_path / "site"
+    site.mkdir()
+    shutil.copytree(va, site / "s.zarr")
+    n = RS.Nginx(site, tmp_path / "nginx").start()
+    try:
+        s = server_factory(site, "--remote", f"m/s.zarr={n.base}/s.zarr", "--remote-recheck-seconds",
+                           str(RECHECK), "--remote-timeout-ms", str(TIMEOUT_MS))
+        ra = get(s, "m/s.zarr", "X?format=bin")
+        assert ra.status_code == 200, ra.text[:300]
+        da = _digest(ra)
+        tmp = site / "s.zarr.tmp"
+        shutil.copytree(vb, tmp)
+        shutil.rmtree(site / "s.zarr")
+        tmp.rename(site / "s.zarr")
+        want = _digest(get(s, "s.zarr", "X?format=bin"))  # the same folder, read locally
+        assert want != da
+        _, rb = _wait_for_version(s, "m/s.zarr", "X?format=bin", want, da, 10 * RECHECK + 5)
+        assert rb.headers["ETag"] != ra.headers["ETag"]
+    finally:
+        n.stop()
+
+
+# ------------------------------------------------------------ faults
+def test_wrong_secret_key_is_502_naming_the_refusal(tmp_path, here_root, weed, web, server_factory):
+    bad = tmp_path / "credentials"
+    bad.write_text(f"[default]\naws_access_key_id = {RS.ACCESS_KEY}\naws_secret_access_key = wrong\n")
+    s = server_factory(here_root, *remote_args(weed, web, bad))
+    t0 = time.monotonic()
+    body = assert_problem(get(s, ZW.AD_V3_DIR, "obs"), 502, detail_contains="403")
+    assert "SignatureDoesNotMatch" in body["detail"] or "AccessDenied" in body["detail"], body
+    assert time.monotonic() - t0 < TIMEOUT_MS / 1000 + 2
+    assert get(s, LOCAL_ONLY, "obs").status_code == 200
+    assert get(s, "web/" + ZW.AD_V3_DIR, "obs").status_code == 200  # nginx needs no key
+    r = s.get("/readyz")
+    assert_problem(r, 503, detail_contains="cannot be listed")
+    assert f"s3://{BUCKET}" in r.json()["detail"]
+
+
+def test_remote_answering_503_is_retried_then_502(tmp_path, here_root, server_factory):
+    site = tmp_path / "site"
+    site.mkdir()
+    n = RS.Nginx(site, tmp_path / "nginx")
+    conf = (n.workdir / "nginx.conf").read_text().replace(
+        "location / { }", "location / { }\n        location /down/ { return 503; }")
+    (n.workdir / "nginx.conf").write_text(conf)
+    n.start()
+    try:
+        s = server_factory(here_root, "--remote", f"d/s.zarr={n.base}/down/s.zarr",
+                           "--remote", f"gone/s.zarr={n.base}/missing/s.zarr",
+                           "--remote-retries", "2", "--remote-timeout-ms", str(TIMEOUT_MS))
+        before = len(n.access_lines())
+        assert_problem(get(s, "d/s.zarr", "obs"), 502, detail_contains="503")
+        tries = [ln for ln in n.access_lines()[before:] if "/down/s.zarr/zarr.json" in ln]
+        assert len(tries) == 3, tries  # the first GET and two retries
+        assert_problem(get(s, "gone/s.zarr", "obs"), 502, detail_contains="404")
+        assert get(s, LOCAL_ONLY, "obs").status_code == 200
+    finally:
+        n.stop()
+
+
+def test_s3_server_stopped_then_back(tmp_path, here_root, weed, web, creds, server_factory):
+    """The S3 server stopped mid-run: stores it holds are 502 within the
+    timeout (the remote's error in the detail), /readyz says the root
+    cannot be listed, local stores and the nginx mounts go on; when it is
+    back, everything is served again."""
+    s = server_factory(here_root, *remote_args(weed, web, creds))
+    assert get(s, ZW.AD_V3_DIR, "X?format=bin").status_code == 200
+    assert s.get("/readyz").status_code == 200
+    weed.stop()
+    try:
+        time.sleep(RECHECK + 0.2)  # past the recheck: the identity is fetched again
+        t0 = time.monotonic()
+        body = assert_problem(get(s, ZW.AD_V3_DIR, "obs?rows=0:4"), 502)
+        assert "cannot be reached" in body["detail"], body
+        assert time.monotonic() - t0 < TIMEOUT_MS / 1000 + 2
+        assert_problem(get(s, ZW.AD_V2_DIR, "obs"), 502)
+        assert get(s, LOCAL_ONLY, "obs").status_code == 200
+        assert get(s, "web/" + ZW.AD_V3_DIR, "obs").status_code == 200
+        assert_problem(s.get("/readyz"), 503, detail_contains="cannot be listed")
+    finally:
+        weed.start()
+    deadline = time.monotonic() + 20
+    while get(s, ZW.AD_V3_DIR, "obs?rows=0:4").status_code != 200:
+        assert time.monotonic() < deadline, "no recovery after the S3 server came back"
+        time.sleep(0.2)
+    assert get(s, ZW.AD_V2_DIR, "X?format=bin").status_code == 200
+    deadline = time.monotonic() + 5
+    while s.get("/readyz").status_code != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+def test_slow_s3_server_is_504_within_the_timeout(tmp_path, here_root, weed, web, creds,
+                                                   server_factory, local):
+    """The S3 server hung (SIGSTOP: connections accepted, never answered):
+    a read past --remote-timeout-ms is 504 in about that time; local stores
+    are served meanwhile; it recovers when the server goes on."""
+    s = server_factory(here_root, *remote_args(weed, web, creds, "--remote-timeout-ms", "1500"))
+    assert get(s, ZW.AD_V3_ZS_DIR, "obs").status_code == 200
+    weed.pause()
+    try:
+        time.sleep(RECHECK + 0.2)
+        t0 = time.monotonic()
+        body = assert_problem(get(s, ZW.AD_V3_ZS_DIR, "obs?rows=1:3"), 504)
+        took = time.monotonic() - t0
+        assert "did not answer within 1500 ms" in body["detail"], body
+        assert 1.3 < took < 4, took
+        t0 = time.monotonic()
+        assert get(s, LOCAL_ONLY, "obs?rows=0:3").status_code == 200
+        assert time.monotonic() - t0 < 1
+    finally:
+        weed.resume()
+    deadline = time.monotonic() + 20
+    while get(s, ZW.AD_V3_ZS_DIR, "obs?rows=1:3").status_code != 200:
+        assert time.monotonic() < deadline, "no recovery after the S3 server went on"
+        time.sleep(0.2)
+    a = get(s, ZW.AD_V3_ZS_DIR, "obs?rows=1:3")
+    assert a.content == get(local, ZW.AD_V3_ZS_DIR, "obs?rows=1:3").content
