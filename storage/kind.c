@@ -27,8 +27,10 @@ store_kind store_kind_detect(node *root)
     node *mod = node_child_opt(root, "mod");
     if (mod && node_get_info(mod)->type == NODE_GROUP && !et)
         return KIND_MUDATA;
-    /* treedata 0.1.x wrote encoding-type "anndata"; its trees give it away. */
-    if (node_child_opt(root, "obst") || node_child_opt(root, "vart"))
+    /* treedata 0.1.x wrote encoding-type "anndata", and 0.0.x an AnnData
+     * with raw.treedata beside it; their trees give them away. */
+    if (node_child_opt(root, "obst") || node_child_opt(root, "vart") ||
+        node_child_opt(root, "raw.treedata"))
         return KIND_TREEDATA;
     return KIND_ANNDATA;
 }

@@ -20,8 +20,9 @@ const char *store_kind_name(store_kind k);
 /* Kind of a store from its root node: root `encoding-type` first
  * ("anndata", "MuData", "treedata"), else a `mod` group means MuData, else
  * AnnData (0.7.x files have no root attributes).  An `obst`/`vart` child
- * makes an "anndata" (or attribute-less) root TreeData (treedata 0.1.x
- * wrote "anndata"); an unknown root encoding-type is KIND_UNKNOWN. */
+ * (or a `raw.treedata`: treedata 0.0.x) makes an "anndata" (or
+ * attribute-less) root TreeData (treedata 0.1.x wrote "anndata"); an
+ * unknown root encoding-type is KIND_UNKNOWN. */
 store_kind store_kind_detect(node *root);
 
 #endif

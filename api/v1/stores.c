@@ -292,10 +292,22 @@ int api_stores_list(api_request *req, api_response *res, cellar_error *err)
 static int summary_treedata(doc *d, store *s, node *root, arena *a, cellar_error *err)
 {
     treedata_info ti;
-    int rc = treedata_open(root, a, &ti, err);
-    if (rc)
-        return rc;
     json_t *notes = json_array();
+    cellar_error legacy;
+    cellar_error_clear(&legacy);
+    int rc = trees_treedata_info(s, root, a, &ti, &legacy);
+    if (rc == CELLAR_EFORMAT && node_child_opt(root, "raw.treedata")) {
+        /* raw.treedata is broken: the elements' settings, and why */
+        d->cacheable = 0;
+        append(d, notes, json_str_sanitized(legacy.detail));
+        rc = treedata_open(root, a, &ti, err);
+    } else if (rc) {
+        cellar_fail(err, rc, "%s", legacy.detail);
+    }
+    if (rc) {
+        json_decref(notes);
+        return rc;
+    }
     set(d, d->root, "label", json_str_sanitized(ti.label));
     set(d, d->root, "alignment", json_str_sanitized(ti.alignment));
     set(d, d->root, "allow_overlap", json_boolean(ti.allow_overlap));

@@ -239,7 +239,7 @@ static int open_join(api_request *req, tree_req *tr, cellar_error *err)
         tr->cols[tr->n_cols++] = &tr->f.columns[k];
     }
     treedata_info ti;
-    rc = treedata_open(tr->group, req->arena, &ti, err);
+    rc = trees_treedata_info(req->store, tr->group, req->arena, &ti, err);
     if (rc)
         return rc;
     tr->leaves_only = ti.alignment && !strcmp(ti.alignment, "leaves");

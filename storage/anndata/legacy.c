@@ -110,6 +110,14 @@ static int is_2d_matrix(node *n)
     return matrix_is_sparse(n) && matrix_open(n, &m, &ignored) == 0;
 }
 
+/* read_h5ad leaves every raw.* out of the AnnData (raw.X, raw.var and
+ * raw.varm become raw); raw.treedata is treedata 0.0.x's, which its
+ * reader reads. */
+static int is_hidden_raw(const char *name)
+{
+    return strncmp(name, "raw.", 4) == 0 && strcmp(name, "raw.treedata") != 0;
+}
+
 static node *group_child(node *g, const char *name)
 {
     node *c = g ? node_child_opt(g, name) : NULL;
@@ -259,7 +267,7 @@ static int plan_make(node *g, legacy_plan *p, int *any, cellar_error *err)
     if (rc)
         return rc;
     for (size_t i = 0; i < n; i++)
-        p->hides_raw_names |= strncmp(names[i], "raw.", 4) == 0;
+        p->hides_raw_names |= is_hidden_raw(names[i]);
     node *obs = node_child_opt(g, "obs"), *var = node_child_opt(g, "var");
     p->uns = group_child(g, "uns");
     p->obsp = node_child_opt(g, "obsp");
@@ -354,7 +362,7 @@ static int kids_root(kids_builder *b, const legacy_plan *p, cellar_error *err)
     int any_moved = p->moved[0] || p->moved[1];
     for (size_t i = 0; !rc && i < n; i++) {
         const char *k = names[i];
-        if (strncmp(k, "raw.", 4) == 0)
+        if (is_hidden_raw(k))
             continue;
         node *c = NULL;
         rc = node_child(g, k, &c, err);

@@ -1259,6 +1259,12 @@ done:
 
 enum { SEC_NONE, SEC_NODES, SEC_EDGES, SEC_SKIP };
 
+/* Where a reader of treedata 0.0.x's raw.treedata is in its outer object
+ * (OUTER_NONE: a plain reader, the document is the forest). */
+enum { OUTER_NONE, OUTER_START, OUTER_KEYS, OUTER_MEMBER, OUTER_END };
+/* The top-level scalar the outer key names: none, label, allow_overlap. */
+enum { SET_NONE, SET_LABEL, SET_OVERLAP };
+
 typedef struct keybuf {
     char *s;
     size_t len, cap;
@@ -1273,6 +1279,10 @@ struct tree_json_reader {
     int pending_skip;      /* the next value at depth 2 is skipped */
     int top_done;
     int rc;
+    int outer;             /* OUTER_*: raw.treedata's object around the forest */
+    char *member;          /* its member holding the forest (NULL: none) */
+    int setting;           /* SET_*: the outer value now read */
+    tree_json_legacy legacy;
     keybuf tree_key, k3, k4;
     int32_t k3_node;       /* >= 0 once an edge from k3 was queued, else -1 */
     char what[ERR_ID_MAX + 16];
@@ -1370,12 +1380,54 @@ static int rd_capture_done(tree_json_reader *r)
     return 1;
 }
 
+/* A scalar that is a member of raw.treedata's object: label or
+ * allow_overlap is kept, others are skipped.  1 when taken. */
+static int rd_outer_scalar(tree_json_reader *r, int kind, const char *s, size_t n, int flag)
+{
+    if (r->outer != OUTER_KEYS || r->skip > 0)
+        return 0;
+    int setting = r->setting;
+    r->setting = SET_NONE;
+    r->pending_skip = 0;
+    if (setting == SET_LABEL) {
+        free(r->legacy.label);
+        r->legacy.label = NULL;
+        r->legacy.has_label = 1;
+        if (kind == 's' && !(r->legacy.label = strndup(s, n))) {
+            r->rc = fail_nomem(r->err);
+            return -1;
+        }
+    } else if (setting == SET_OVERLAP) {
+        /* _parse_legacy: bool(allow_overlap) */
+        r->legacy.has_allow_overlap = 1;
+        r->legacy.allow_overlap = kind == 'b' ? flag
+                                  : kind == 'n' ? strtod(s, NULL) != 0
+                                  : kind == 's' ? n > 0
+                                                : 0;
+    }
+    return 1;
+}
+
+static int rd_scalar_outside(tree_json_reader *r, int kind, const char *s, size_t n, int flag)
+{
+    int taken = rd_outer_scalar(r, kind, s, n, flag);
+    if (taken)
+        return taken > 0;
+    if (rd_skipping_scalar(r))
+        return 1;
+    if (r->outer == OUTER_START) {
+        r->rc = cellar_fail(r->err, CELLAR_EFORMAT, "raw.treedata is not a JSON object");
+        return 0;
+    }
+    return rd_not_object(r);
+}
+
 static int rd_null(void *ctx)
 {
     tree_json_reader *r = ctx;
     if (r->cap)
         return cap_null(r->cap) ? 1 : (r->rc = r->cap->rc, 0);
-    return rd_skipping_scalar(r) ? 1 : rd_not_object(r);
+    return rd_scalar_outside(r, 'z', NULL, 0, 0);
 }
 
 static int rd_bool(void *ctx, int v)
@@ -1383,7 +1435,7 @@ static int rd_bool(void *ctx, int v)
     tree_json_reader *r = ctx;
     if (r->cap)
         return cap_bool(r->cap, v) ? 1 : (r->rc = r->cap->rc, 0);
-    return rd_skipping_scalar(r) ? 1 : rd_not_object(r);
+    return rd_scalar_outside(r, 'b', NULL, 0, v);
 }
 
 static int rd_number(void *ctx, const char *s, size_t n)
@@ -1391,7 +1443,11 @@ static int rd_number(void *ctx, const char *s, size_t n)
     tree_json_reader *r = ctx;
     if (r->cap)
         return cap_number(r->cap, s, n) ? 1 : (r->rc = r->cap->rc, 0);
-    return rd_skipping_scalar(r) ? 1 : rd_not_object(r);
+    char buf[TREE_JSON_MAX_BARE + 1];
+    size_t k = n < TREE_JSON_MAX_BARE ? n : TREE_JSON_MAX_BARE;
+    memcpy(buf, s, k);
+    buf[k] = '\0';
+    return rd_scalar_outside(r, 'n', buf, k, 0);
 }
 
 static int rd_string(void *ctx, const unsigned char *s, size_t n)
@@ -1399,7 +1455,7 @@ static int rd_string(void *ctx, const unsigned char *s, size_t n)
     tree_json_reader *r = ctx;
     if (r->cap)
         return cap_string(r->cap, s, n) ? 1 : (r->rc = r->cap->rc, 0);
-    return rd_skipping_scalar(r) ? 1 : rd_not_object(r);
+    return rd_scalar_outside(r, 's', (const char *)s, n, 0);
 }
 
 static int rd_open_skip(tree_json_reader *r)
@@ -1454,7 +1510,12 @@ static int rd_start_map(void *ctx)
         return cap_start_map(r->cap) ? 1 : (r->rc = r->cap->rc, 0);
     if (r->skip > 0 || r->pending_skip) {
         r->pending_skip = 0;
+        r->setting = SET_NONE;
         return rd_open_skip(r);
+    }
+    if (r->outer == OUTER_START) {
+        r->outer = OUTER_KEYS;
+        return 1;
     }
     switch (r->depth) {
     case 0:
@@ -1482,7 +1543,12 @@ static int rd_start_array(void *ctx)
         return cap_start_array(r->cap) ? 1 : (r->rc = r->cap->rc, 0);
     if (r->skip > 0 || r->pending_skip) {
         r->pending_skip = 0;
+        r->setting = SET_NONE;
         return rd_open_skip(r);
+    }
+    if (r->outer == OUTER_START) {
+        r->rc = cellar_fail(r->err, CELLAR_EFORMAT, "raw.treedata is not a JSON object");
+        return 0;
     }
     return rd_not_object(r);
 }
@@ -1494,6 +1560,21 @@ static int rd_map_key(void *ctx, const unsigned char *s, size_t n)
         return cap_map_key(r->cap, s, n) ? 1 : (r->rc = r->cap->rc, 0);
     if (r->skip > 0)
         return 1;
+    if (r->outer == OUTER_KEYS) {
+        /* the forest's member (its first occurrence); label and
+         * allow_overlap are kept; every other value is skipped */
+        if (r->member && !r->legacy.has_trees && n == strlen(r->member) &&
+            memcmp(s, r->member, n) == 0) {
+            r->outer = OUTER_MEMBER;
+            r->legacy.has_trees = 1;
+            return 1;
+        }
+        r->setting = n == 5 && memcmp(s, "label", 5) == 0            ? SET_LABEL
+                     : n == 13 && memcmp(s, "allow_overlap", 13) == 0 ? SET_OVERLAP
+                                                                       : SET_NONE;
+        r->pending_skip = 1;
+        return 1;
+    }
     keybuf *k = r->depth == 1 ? &r->tree_key : r->depth == 3 ? &r->k3 : &r->k4;
     if (r->depth == 2) {
         r->section = n == 5 && memcmp(s, "nodes", 5) == 0   ? SEC_NODES
@@ -1541,10 +1622,16 @@ static int rd_end_map(void *ctx)
         r->skip--;
         return 1;
     }
+    if (r->outer == OUTER_KEYS) {
+        r->outer = OUTER_END;
+        return 1;
+    }
     switch (r->depth) {
     case 1:
         r->depth = 0;
         r->top_done = 1;
+        if (r->outer == OUTER_MEMBER)
+            r->outer = OUTER_KEYS;
         return 1;
     case 2:
         return rd_end_tree(r);
@@ -1591,6 +1678,8 @@ void tree_json_reader_free(tree_json_reader *r)
         yajl_free(r->f.h);
     tree_builder_free(r->b);
     tree_forest_free(r->forest);
+    free(r->member);
+    free(r->legacy.label);
     free(r->tree_key.s);
     free(r->k3.s);
     free(r->k4.s);
@@ -1627,11 +1716,32 @@ int tree_json_reader_finish(tree_json_reader *r, tree_forest **out, cellar_error
     int rc = rd_settle(r, jf_finish(&r->f), err);
     if (rc < 0)
         return rc;
-    if (!r->top_done)
+    if (r->outer != OUTER_NONE && r->outer != OUTER_END)
+        return cellar_fail(err, CELLAR_EFORMAT, "raw.treedata is not a complete JSON object");
+    if (!r->top_done && r->outer == OUTER_NONE)
         return cellar_fail(err, CELLAR_EFORMAT, "tree JSON is empty");
     *out = r->forest;
     r->forest = NULL;
     return 0;
+}
+
+tree_json_reader *tree_json_reader_new_legacy(const char *axis)
+{
+    tree_json_reader *r = tree_json_reader_new();
+    if (!r)
+        return NULL;
+    r->outer = OUTER_START;
+    if (axis && !(r->member = strdup(axis))) {
+        tree_json_reader_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+void tree_json_reader_legacy(tree_json_reader *r, tree_json_legacy *out)
+{
+    *out = r->legacy;
+    memset(&r->legacy, 0, sizeof r->legacy);
 }
 
 int tree_forest_from_json(const char *json, size_t len, tree_forest **out, cellar_error *err)

@@ -126,4 +126,25 @@ int tree_json_reader_finish(tree_json_reader *r, tree_forest **out, cellar_error
 /* NULL is fine. */
 void tree_json_reader_free(tree_json_reader *r);
 
+/* treedata 0.0.x kept its trees and settings in one JSON string,
+ * `raw.treedata`: {"obst": {trees}, "vart": {trees}, "label": ...,
+ * "allow_overlap": ...}.  A reader of it gives the trees of member `axis`
+ * ("obst" or "vart"; NULL for none) as the plain reader gives a whole
+ * document's; every other member is skipped (without being built), but
+ * the scalars label and allow_overlap are kept.  A missing member is an
+ * empty forest.  NULL when out of memory. */
+tree_json_reader *tree_json_reader_new_legacy(const char *axis);
+
+typedef struct tree_json_legacy {
+    int has_trees;          /* the axis member was there */
+    int has_label;          /* a label member was there (string or null) */
+    char *label;            /* malloc'd (free it); NULL for null or not a string */
+    int has_allow_overlap;
+    int allow_overlap;      /* Python's bool() of the value */
+} tree_json_legacy;
+
+/* After tree_json_reader_finish of a reader of tree_json_reader_new_legacy:
+ * what it found; the label moves to *out. */
+void tree_json_reader_legacy(tree_json_reader *r, tree_json_legacy *out);
+
 #endif

@@ -11,6 +11,9 @@
 #include "storage/registry.h"
 #include "storage/trees/tree_json.h"
 
+/* treedata 0.0.x's one JSON string of trees and settings. */
+#define LEGACY_TREEDATA "raw.treedata"
+
 /* Pieces in which an .h5td JSON string is read from the file and parsed. */
 #define TREES_STREAM_PIECE ((size_t)1 << 20)
 
@@ -34,23 +37,54 @@ void trees_free(trees_loaded *t)
     free(t);
 }
 
-/* ---- JSON layouts (.h5td, pre-0.3 zarr) ---- */
+/* ---- JSON layouts (.h5td, pre-0.3 zarr, 0.0.x raw.treedata) ---- */
 
-static int load_json_text(node *t, const char *axis, tree_forest **out, cellar_error *err)
+/* One JSON string to parse: an obst/vart of trees, or treedata 0.0.x's
+ * raw.treedata (tree_json_reader_new_legacy) with the trees of `axis`. */
+typedef struct json_job {
+    int legacy;
+    const char *axis;          /* legacy: the member of trees, NULL for none */
+    tree_forest *forest;       /* out */
+    tree_json_legacy settings; /* out, legacy only */
+} json_job;
+
+static tree_json_reader *job_reader(const json_job *job)
+{
+    return job->legacy ? tree_json_reader_new_legacy(job->axis) : tree_json_reader_new();
+}
+
+/* Ends the parse of job with reader r (freed here). */
+static int job_finish(json_job *job, tree_json_reader *r, cellar_error *err)
+{
+    int rc = tree_json_reader_finish(r, &job->forest, err);
+    if (!rc && job->legacy)
+        tree_json_reader_legacy(r, &job->settings);
+    tree_json_reader_free(r);
+    return rc;
+}
+
+static int load_json_text(node *t, const char *what, json_job *job, cellar_error *err)
 {
     arena *a = arena_new();
     if (!a)
-        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", axis);
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", what);
     char *text = NULL;
     const node_info *info = node_get_info(t);
     dim_sel one = dim_sel_range(0, 1);
     int rc = node_read_strings(t, info->ndim == 1 ? &one : NULL, a, &text, err);
     if (!rc && !text)
-        rc = cellar_fail(err, CELLAR_EFORMAT, "%s holds no text", axis);
-    if (!rc) {
-        rc = tree_forest_from_json(text, strlen(text), out, err);
+        rc = cellar_fail(err, CELLAR_EFORMAT, "%s holds no text", what);
+    tree_json_reader *r = rc ? NULL : job_reader(job);
+    if (!rc && !r)
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", what);
+    if (r) {
+        rc = tree_json_reader_feed(r, text, strlen(text), err);
         if (rc)
-            rc = fail_prefixed(err, rc, axis);
+            tree_json_reader_free(r);
+        else
+            rc = job_finish(job, r, err);
+        if (rc)
+            rc = fail_prefixed(err, rc, what);
     }
     arena_free(a);
     return rc;
@@ -73,33 +107,37 @@ static int stream_sink(void *ctx, const char *data, size_t len, cellar_error *er
  * (then the caller reads the text through the backend, which also replaces
  * invalid UTF-8 as every string read does, so answers and errors stay those
  * of that path); 0 or an error otherwise. */
-static int load_json_streamed(node *t, tree_forest **out, cellar_error *err)
+static int load_json_streamed(node *t, json_job *job, cellar_error *err)
 {
-    stream_ctx sc = {.r = tree_json_reader_new()};
+    stream_ctx sc = {.r = job_reader(job)};
     if (!sc.r)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", node_path(t));
     cellar_error local;
     cellar_error_clear(&local);
     int rc = node_stream_string(t, TREES_STREAM_PIECE, stream_sink, &sc, &local);
-    if (!rc)
-        rc = tree_json_reader_finish(sc.r, out, &local);
-    tree_json_reader_free(sc.r);
+    if (!rc) {
+        rc = job_finish(job, sc.r, &local);
+    } else {
+        tree_json_reader_free(sc.r);
+    }
     if (rc == CELLAR_ENOMEM || rc == CELLAR_EIO || (rc && sc.started && rc != CELLAR_EFORMAT))
         return cellar_fail(err, rc, "%s", local.detail);
     return rc ? 1 : 0;
 }
 
-static int load_json(node *t, const char *axis, int stream, tree_forest **out, int *streamed,
+static int load_json(node *t, const char *what, json_job *job, int stream, int *streamed,
                      cellar_error *err)
 {
     const node_info *info = node_get_info(t);
     if (info->type != NODE_ARRAY || info->dtype != DT_STRING ||
         !(info->ndim == 0 || (info->ndim == 1 && info->shape[0] == 1)))
         return cellar_fail(err, CELLAR_EFORMAT,
-                           "%s is neither a group of trees nor a JSON string of trees", axis);
-    int rc = stream ? load_json_streamed(t, out, err) : 1;
+                           job->legacy ? "%s is not a JSON string"
+                                       : "%s is neither a group of trees nor a JSON string of trees",
+                           what);
+    int rc = stream ? load_json_streamed(t, job, err) : 1;
     *streamed = rc == 0;
-    return rc == 1 ? load_json_text(t, axis, out, err) : rc;
+    return rc == 1 ? load_json_text(t, what, job, err) : rc;
 }
 
 /* ---- columnar zarr layout (treedata >= 0.3) ---- */
@@ -421,6 +459,27 @@ static int measure(trees_loaded *t, cellar_error *err)
     return 0;
 }
 
+/* treedata's _parse_legacy: the trees of treedata 0.0.x's raw.treedata,
+ * when it has them, over the element's; t->forest stays NULL when there
+ * are none there. */
+static int load_legacy(node *group, const char *axis, int stream, trees_loaded *t,
+                       cellar_error *err)
+{
+    node *legacy = node_child_opt(group, LEGACY_TREEDATA);
+    if (!legacy)
+        return 0;
+    json_job job = {.legacy = 1, .axis = axis};
+    int rc = load_json(legacy, LEGACY_TREEDATA, &job, stream, &t->streamed, err);
+    free(job.settings.label);
+    if (!rc && job.settings.has_trees) {
+        t->forest = job.forest;
+        return 0;
+    }
+    tree_forest_free(job.forest);
+    t->streamed = 0;
+    return rc;
+}
+
 int trees_load(node *group, const char *axis, int stream, trees_loaded **out,
                cellar_error *err)
 {
@@ -430,9 +489,11 @@ int trees_load(node *group, const char *axis, int stream, trees_loaded **out,
     trees_loaded *t = calloc(1, sizeof *t);
     if (!t)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", axis);
-    int rc = 0;
-    node *tn = node_child_opt(group, axis);
-    if (!tn) {
+    int rc = load_legacy(group, axis, stream, t, err);
+    node *tn = rc || t->forest ? NULL : node_child_opt(group, axis);
+    if (rc || t->forest) {
+        ; /* raw.treedata's trees, or why it cannot be read */
+    } else if (!tn) {
         t->forest = tree_forest_new();
         if (!t->forest)
             rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", axis);
@@ -441,7 +502,9 @@ int trees_load(node *group, const char *axis, int stream, trees_loaded **out,
         rc = t->forest ? load_columnar(tn, axis, t->forest, err)
                        : cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", axis);
     } else {
-        rc = load_json(tn, axis, stream, &t->forest, &t->streamed, err);
+        json_job job = {0};
+        rc = load_json(tn, axis, &job, stream, &t->streamed, err);
+        t->forest = job.forest;
     }
     if (!rc)
         rc = measure(t, err);
@@ -519,5 +582,71 @@ int trees_get(struct store *s, node *group, const char *axis, const trees_loaded
     if (c->code)
         return cellar_fail(err, c->code, "%s", c->detail);
     *out = c->loaded;
+    return 0;
+}
+
+/* ---- TreeData's settings, with treedata 0.0.x's raw.treedata ---- */
+
+typedef struct legacy_cached {
+    tree_json_legacy settings;
+    int code;
+    char detail[CELLAR_ERROR_DETAIL_MAX];
+} legacy_cached;
+
+static void legacy_free(void *value)
+{
+    legacy_cached *c = value;
+    if (c)
+        free(c->settings.label);
+    free(c);
+}
+
+static int legacy_build(void *ctx, void **value, size_t *bytes, cellar_error *err)
+{
+    node *t = ctx;
+    legacy_cached *c = calloc(1, sizeof *c);
+    if (!c)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", LEGACY_TREEDATA);
+    json_job job = {.legacy = 1};
+    int streamed = 0;
+    cellar_error local;
+    cellar_error_clear(&local);
+    int rc = load_json(t, LEGACY_TREEDATA, &job, 1, &streamed, &local);
+    tree_forest_free(job.forest);
+    c->settings = job.settings;
+    if (rc == CELLAR_EFORMAT || rc == CELLAR_ETOOBIG) {
+        c->code = rc;
+        snprintf(c->detail, sizeof c->detail, "%s", local.detail);
+    } else if (rc) {
+        legacy_free(c);
+        return cellar_fail(err, rc, "%s", local.detail);
+    }
+    *value = c;
+    *bytes = sizeof *c + (c->settings.label ? strlen(c->settings.label) + 1 : 0);
+    return 0;
+}
+
+int trees_treedata_info(struct store *s, node *group, arena *a, treedata_info *out,
+                        cellar_error *err)
+{
+    int rc = treedata_open(group, a, out, err);
+    node *t = rc ? NULL : node_child_opt(group, LEGACY_TREEDATA);
+    if (!t)
+        return rc;
+    char key[1024];
+    int kn = snprintf(key, sizeof key, "trees-legacy:%s", node_path(group));
+    if (kn < 0 || (size_t)kn >= sizeof key)
+        return cellar_fail(err, CELLAR_EINVAL, "group path too long for the tree cache");
+    void *v = NULL;
+    rc = store_derived(s, key, legacy_build, t, legacy_free, &v, err);
+    if (rc)
+        return rc;
+    const legacy_cached *c = v;
+    if (c->code)
+        return cellar_fail(err, c->code, "%s", c->detail);
+    /* _parse_legacy: the label it names, else None; bool(allow_overlap) */
+    out->label = c->settings.label;
+    if (c->settings.has_allow_overlap)
+        out->allow_overlap = c->settings.allow_overlap;
     return 0;
 }

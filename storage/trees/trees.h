@@ -1,6 +1,6 @@
 /* The trees of a TreeData `obst` or `vart`, loaded once per store version.
  *
- * Three layouts, one result (a tree_forest, storage/trees/tree_index.h):
+ * Four layouts, one result (a tree_forest, storage/trees/tree_index.h):
  * - `.h5td` and pre-0.3 zarr: `obst` is a string scalar holding the JSON of
  *   all trees, fed to the streaming reader of storage/trees/tree_json.h;
  * - zarr written by treedata >= 0.3: `obst` is a group with one subgroup per
@@ -10,6 +10,9 @@
  *   (any width, widened to int64 / float64; uint64 values past INT64_MAX as
  *   JSON text), string arrays as one JSON text per element ("" = absent,
  *   "null" = an explicit null).
+ * - treedata 0.0.x: `raw.treedata`, one JSON string holding
+ *   {"obst": {trees}, "vart": {trees}, "label", "allow_overlap"}, whose
+ *   member (when there) is read as the JSON of a `.h5td`, over `obst`;
  * - no `obst` at all: an empty forest.
  *
  * The forest is built by the first request that needs it and cached in the
@@ -25,7 +28,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/arena.h"
 #include "common/error.h"
+#include "storage/anndata/anndata.h"
 #include "storage/node.h"
 #include "storage/trees/tree_index.h"
 
@@ -70,5 +75,15 @@ void trees_free(trees_loaded *t);
  * CELLAR_ETOOBIG) is returned again with the same code and detail. */
 int trees_get(struct store *s, node *group, const char *axis, const trees_loaded **out,
               cellar_error *err);
+
+/* TreeData's label, alignment and allow_overlap (treedata_open), with what
+ * treedata 0.0.x's `raw.treedata` says over them, as treedata's reader
+ * (_parse_legacy) takes them: its label (NULL when it has none) and
+ * allow_overlap.  raw.treedata is parsed once per store version in s.
+ * Strings are borrowed from the version or from a.  Errors: those of
+ * treedata_open; CELLAR_EFORMAT when raw.treedata is not a JSON object
+ * (remembered for the version), CELLAR_ENOMEM. */
+int trees_treedata_info(struct store *s, node *group, arena *a, treedata_info *out,
+                        cellar_error *err);
 
 #endif

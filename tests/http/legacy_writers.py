@@ -21,6 +21,8 @@ attributes, written here as they wrote them."""
 
 from __future__ import annotations
 
+import json
+
 import h5py
 import numpy as np
 import scipy.sparse as sp
@@ -197,3 +199,325 @@ LAYOUTS = {
     "legacy_06.h5ad": write_v06,
     "legacy_both_raws.h5ad": write_both_raws,
 }
+
+
+# ------------------------------------------------------------ MuData
+def _df07(g: h5py.Group, index, columns: dict) -> None:
+    """A data frame as anndata 0.7.x wrote it (dataframe 0.1.0): a categorical
+    column is its codes with a `categories` object reference to
+    __categories/{column}, which carries `ordered`."""
+    vstr = h5py.string_dtype()
+    g.attrs["encoding-type"] = "dataframe"
+    g.attrs["encoding-version"] = "0.1.0"
+    g.attrs["_index"] = "_index"
+    g.attrs["column-order"] = (np.array(list(columns), dtype=object) if columns
+                               else np.array([], dtype=np.float64))
+    g.create_dataset("_index", data=np.array(index, dtype=object), dtype=vstr)
+    for name, value in columns.items():
+        if isinstance(value, tuple):  # (codes, categories, ordered)
+            codes, cats, ordered = value
+            c = g.require_group("__categories").create_dataset(
+                name, data=np.array(cats, dtype=object), dtype=vstr)
+            c.attrs["ordered"] = ordered
+            d = g.create_dataset(name, data=np.asarray(codes, dtype=np.int8))
+            d.attrs["categories"] = c.ref
+        elif np.asarray(value).dtype.kind in "OU":
+            g.create_dataset(name, data=np.array(value, dtype=object), dtype=vstr)
+        else:
+            g.create_dataset(name, data=value)
+
+
+def _csr07(g: h5py.Group, name: str, m) -> None:
+    s = g.create_group(name)
+    s.attrs["encoding-type"] = f"{m.format}_matrix"
+    s.attrs["encoding-version"] = "0.1.0"
+    s.attrs["shape"] = np.array(m.shape)
+    for part in ("data", "indices", "indptr"):
+        s.create_dataset(part, data=getattr(m, part), maxshape=(None,))
+
+
+def write_mudata_01(path) -> None:
+    """mudata 0.1.x (`_write_h5mu` with anndata 0.7's write_attribute): the
+    512-byte userblock, root MuData 0.1.0, modalities with encoding-type
+    "AnnData" 0.1.0, no mod-order, no axis, 0.7 data frames, raw as a
+    "raw" group, uint32 obsmap/varmap."""
+    rng = np.random.default_rng(11)
+    cells = [f"c{i:02d}" for i in range(30)]
+    rna_cells, atac_cells = cells[:20], cells[8:]
+    genes, peaks = [f"gene{j}" for j in range(6)], [f"chr1:{j}00-{j}99" for j in range(4)]
+    with h5py.File(path, "w", userblock_size=512) as f:
+        _df07(f.create_group("obs"), cells,
+              {"sample": (rng.integers(0, 2, 30), ["s1", "s2"], False)})
+        _df07(f.create_group("var"), genes + peaks, {})
+        for k in ("obsm", "varm", "obsp", "varp", "uns"):
+            f.create_group(k)
+        om, vm = f.create_group("obsmap"), f.create_group("varmap")
+        mod = f.create_group("mod")
+        for name, obs_names, var_names in (("rna", rna_cells, genes), ("atac", atac_cells, peaks)):
+            g = mod.create_group(name)
+            x = _random_sparse(rng, (len(obs_names), len(var_names)), 0.5, np.float32)
+            if name == "rna":
+                _csr07(g, "X", x)
+                raw = g.create_group("raw")
+                raw.attrs["encoding-type"] = "raw"
+                raw.attrs["encoding-version"] = "0.1.0"
+                raw.attrs["shape"] = np.array([len(obs_names), len(var_names) + 2])
+                raw.create_dataset("X", data=rng.random((len(obs_names), len(var_names) + 2)))
+                _df07(raw.create_group("var"), var_names + ["extra1", "extra2"],
+                      {"mean": rng.random(len(var_names) + 2)})
+                raw.create_group("varm")
+            else:
+                g.create_dataset("X", data=x.toarray())
+            _df07(g.create_group("obs"), obs_names, {
+                "cluster": (rng.integers(-1, 3, len(obs_names)), ["a", "b", "c"], True),
+                "n_counts": rng.random(len(obs_names)).astype(np.float32),
+                "label": [f"l{i % 4}" for i in range(len(obs_names))],
+            })
+            _df07(g.create_group("var"), var_names, {"highly_variable": rng.random(len(var_names)) < 0.5})
+            g.create_group("obsm").create_dataset("X_pca", data=rng.random((len(obs_names), 3)))
+            for k in ("varm", "obsp", "varp", "uns"):
+                g.create_group(k)
+            g.create_group("layers").create_dataset("counts", data=x.toarray().astype(np.int32))
+            g.attrs["encoding-type"] = "AnnData"
+            g.attrs["encoding-version"] = "0.1.0"
+            g.attrs["encoder"] = "mudata"
+            g.attrs["encoder-version"] = "0.1.1"
+            om.create_dataset(name, data=np.array(
+                [obs_names.index(c) + 1 if c in obs_names else 0 for c in cells], dtype=np.uint32))
+            vm.create_dataset(name, data=np.array(
+                [var_names.index(v) + 1 if v in var_names else 0 for v in genes + peaks],
+                dtype=np.uint32))
+        f.attrs["encoding-type"] = "MuData"
+        f.attrs["encoding-version"] = "0.1.0"
+        f.attrs["encoder"] = "mudata"
+        f.attrs["encoder-version"] = "0.1.1"
+    with open(path, "r+b") as fh:
+        head = b"MuData (format-version=0.1.0;creator=mudata;creator-version=0.1.1)"
+        fh.write(head + b"\0" * (512 - len(head)))
+
+
+def modern_encodings_copy(src, dst) -> None:
+    """A copy of a mudata 0.1 file whose modalities say "anndata", as
+    today's mudata needs to read them (it has no reader for "AnnData")."""
+    import shutil
+    shutil.copyfile(src, dst)
+    with h5py.File(dst, "r+") as f:
+        for name in f["mod"]:
+            f["mod"][name].attrs["encoding-type"] = "anndata"
+
+
+def write_mudata_no_axis(path) -> None:
+    """A file of today's mudata without `axis` and `mod-order` (as files of
+    mudata before 0.2 and other writers have): axis 0, modalities in name
+    order."""
+    import writers
+    writers.make_multi_mdata().write_h5mu(path)
+    with h5py.File(path, "r+") as f:
+        del f.attrs["axis"]
+        del f["mod"].attrs["mod-order"]
+
+
+# ------------------------------------------------------------ TreeData
+def _tree_doc(trees) -> dict:
+    """{key: {"edges", "nodes"}} as treedata's digraph_to_dict wrote them."""
+    import networkx as nx
+    return {k: {"edges": nx.to_dict_of_dicts(g), "nodes": dict(g.nodes(data=True))}
+            for k, g in trees.items()}
+
+
+def _small_treedata():
+    import networkx as nx
+    import pandas as pd
+    import treedata as td
+    rng = np.random.default_rng(17)
+    cells = [f"L{i}" for i in range(8)]
+    genes = [f"G{j}" for j in range(4)]
+
+    def tree(prefix, leaves):
+        g = nx.DiGraph()
+        g.add_node(f"{prefix}root", depth=0)
+        for k, half in enumerate((leaves[: len(leaves) // 2], leaves[len(leaves) // 2:])):
+            mid = f"{prefix}n{k}"
+            g.add_edge(f"{prefix}root", mid, length=0.5 + k)
+            g.nodes[mid]["depth"] = 1
+            for leaf in half:
+                g.add_edge(mid, leaf, length=float(np.round(rng.random(), 3)))
+                g.nodes[leaf]["depth"] = 2
+                g.nodes[leaf]["clone"] = f"c{k}"
+        return g
+
+    obs = pd.DataFrame({"n": np.arange(8)}, index=cells)
+    t = td.TreeData(X=rng.random((8, 4)).astype(np.float32), obs=obs,
+                    var=pd.DataFrame(index=genes),
+                    obst={"t1": tree("a", cells[:6]), "t2": tree("b", cells[6:])},
+                    vart={"v1": tree("g", genes)}, label="tree", allow_overlap=False)
+    return t
+
+
+def _drop_null_elements(g) -> None:
+    """anndata 0.12+ writes a missing raw (and other None) as a `null`
+    element; the writers of these layouts wrote nothing."""
+    for k in list(g.keys()):
+        if g[k].attrs.get("encoding-type") == "null":
+            del g[k]
+
+
+def _zarr2_string(g, name: str, text: str, attrs: dict | None = None) -> None:
+    """A string scalar as zarr-python 2 wrote one: a 0-d fixed-length
+    unicode (<U{n}) array (anndata <= 0.11 added the string encoding)."""
+    arr = g.create_array(name, shape=(), dtype=f"<U{max(len(text), 1)}", compressors=None)
+    arr[()] = text
+    if attrs:
+        arr.attrs.update(attrs)
+
+
+def write_treedata_000_h5(path) -> None:
+    """treedata 0.0.x: an AnnData (write_h5ad) with the trees and settings in
+    one JSON string, raw.treedata (h5py: a variable-length string)."""
+    import anndata as ad
+    t = _small_treedata()
+    ad.AnnData(X=t.X, obs=t.obs, var=t.var).write_h5ad(path)
+    doc = {"obst": _tree_doc(t.obst), "vart": _tree_doc(t.vart), "label": "tree",
+           "allow_overlap": False}
+    with h5py.File(path, "a") as f:
+        _drop_null_elements(f)
+        f.create_dataset("raw.treedata", data=json.dumps(doc))
+
+
+def write_treedata_000_zarr(path) -> None:
+    """treedata 0.0.x's write_zarr (anndata's zarr v2 store, raw.treedata a
+    fixed-length unicode scalar); its JSON without a label (read as None)
+    and with an integer allow_overlap."""
+    import anndata as ad
+    import zarr
+    t = _small_treedata()
+    g = zarr.open_group(path, mode="w", zarr_format=2)
+    ad.io.write_elem(g, "/", ad.AnnData(X=t.X, obs=t.obs, var=t.var))
+    _drop_null_elements(g)
+    _zarr2_string(g, "raw.treedata", json.dumps({"obst": _tree_doc(t.obst), "vart": {},
+                                                 "allow_overlap": 1}))
+
+
+def write_treedata_01_h5(path) -> None:
+    """treedata 0.1.x: root encoding-type "anndata", obst/vart as JSON
+    strings, label and allow_overlap elements, no alignment."""
+    t = _small_treedata()
+    t.write_h5td(path)
+    with h5py.File(path, "r+") as f:
+        f.attrs["encoding-type"] = "anndata"
+        del f["alignment"]
+
+
+def write_treedata_02_zarr(path) -> None:
+    """treedata 0.2.x's write_zarr under zarr-python 2: a zarr v2 store,
+    obst/vart as JSON string scalars (not the columnar groups of 0.3),
+    alignment "subset"; and no label element (read as treedata's default)."""
+    import anndata as ad
+    import zarr
+    t = _small_treedata()
+    g = zarr.open_group(path, mode="w", zarr_format=2)
+    ad.io.write_elem(g, "/", ad.AnnData(X=t.X, obs=t.obs, var=t.var))
+    _drop_null_elements(g)
+    enc = {"encoding-type": "string", "encoding-version": "0.2.0"}
+    for axis, trees in (("obst", t.obst), ("vart", t.vart)):
+        _zarr2_string(g, axis, json.dumps(_tree_doc(trees)), enc)
+    _zarr2_string(g, "alignment", "subset", enc)
+    ov = g.create_array("allow_overlap", shape=(), dtype=bool, compressors=None)
+    ov[()] = False
+    ov.attrs.update({"encoding-type": "numeric-scalar", "encoding-version": "0.2.0"})
+    g.attrs.update({"encoding-type": "treedata", "encoding-version": "0.1.0"})
+
+
+TREEDATA_LAYOUTS = {
+    "treedata_000.h5ad": write_treedata_000_h5,
+    "treedata_000.zarr": write_treedata_000_zarr,
+    "treedata_01.h5ad": write_treedata_01_h5,
+    "treedata_02.zarr": write_treedata_02_zarr,
+}
+
+
+# ------------------------------------------------------------ anndata 0.7 zarr
+def _z2(g, name, data, **attrs):
+    """An array as zarr-python 2 under anndata 0.7 wrote it: Blosc lz4,
+    strings as object arrays with the vlen-utf8 filter, no encoding
+    attributes on plain arrays."""
+    import numcodecs
+    data = np.asarray(data)
+    kw = {"compressors": numcodecs.Blosc(cname="lz4", clevel=5, shuffle=1)}
+    if data.dtype.kind in "OU" and data.ndim:  # scalars stay fixed-length <U
+        data = data.astype(object)
+        kw["dtype"] = str
+    arr = g.create_array(name, shape=data.shape, chunks=data.shape,
+                         dtype=kw.pop("dtype", data.dtype), **kw)
+    arr[...] = data
+    if attrs:
+        arr.attrs.update(attrs)
+    return arr
+
+
+def _z2_frame(g, name, index, columns: dict):
+    """dataframe 0.1.0 in zarr: a categorical's `categories` attribute is
+    the path of its categories relative to the frame."""
+    df = g.create_group(name)
+    _z2(df, "_index", index)
+    cats = None
+    for col, value in columns.items():
+        if isinstance(value, tuple):
+            codes, categories, ordered = value
+            cats = cats or df.create_group("__categories")
+            _z2(cats, col, categories, ordered=ordered)
+            _z2(df, col, np.asarray(codes, dtype=np.int8), categories=f"__categories/{col}")
+        else:
+            _z2(df, col, value)
+    df.attrs.update({"_index": "_index", "column-order": list(columns),
+                     "encoding-type": "dataframe", "encoding-version": "0.1.0"})
+
+
+def _z2_sparse(g, name, m):
+    s = g.create_group(name)
+    for part in ("data", "indices", "indptr"):
+        _z2(s, part, getattr(m, part))
+    s.attrs.update({"encoding-type": f"{m.format}_matrix", "encoding-version": "0.1.0",
+                    "shape": list(m.shape)})
+
+
+def write_anndata_07_zarr(path) -> None:
+    """anndata 0.7.x's write_zarr (zarr v2; the v0.7.0 / v0.7.8 archives'
+    layout): no root attributes, dataframe 0.1.0, csr_matrix groups, a
+    raw group, plain arrays and dicts without encoding attributes."""
+    import zarr
+    rng = np.random.default_rng(7)
+    n_obs, n_var, n_raw = 30, 12, 16
+    cells = [f"cell_{i}" for i in range(n_obs)]
+    genes = [f"gene_{j}" for j in range(n_raw)]
+    g = zarr.open_group(path, mode="w", zarr_format=2)
+    _z2_sparse(g, "X", _random_sparse(rng, (n_obs, n_var), 0.3, np.float32))
+    _z2_frame(g, "obs", cells, {
+        "cat": (rng.integers(-1, 3, n_obs), ["a", "b", "c"], False),
+        "cat_ordered": (rng.integers(0, 2, n_obs), ["lo", "hi"], True),
+        "int64": rng.integers(0, 100, n_obs),
+        "float64": rng.random(n_obs),
+        "uint8": rng.integers(0, 9, n_obs).astype(np.uint8),
+    })
+    _z2_frame(g, "var", genes[:n_var], {"var_cat": (rng.integers(0, 2, n_var), ["x", "y"], False)})
+    obsm = g.create_group("obsm")
+    _z2(obsm, "X_umap", rng.random((n_obs, 2)).astype(np.float32))
+    _z2_sparse(obsm, "sparse", _random_sparse(rng, (n_obs, 5), 0.4, np.float64))
+    _z2_frame(obsm, "df", cells, {"score": rng.random(n_obs)})
+    g.create_group("varm")
+    obsp = g.create_group("obsp")
+    _z2_sparse(obsp, "distances", _random_sparse(rng, (n_obs, n_obs), 0.1, np.float64))
+    layers = g.create_group("layers")
+    _z2(layers, "counts", rng.integers(0, 7, (n_obs, n_var)).astype(np.int32))
+    raw = g.create_group("raw")
+    raw.attrs.update({"encoding-type": "raw", "encoding-version": "0.1.0",
+                      "shape": [n_obs, n_raw]})
+    _z2_sparse(raw, "X", _random_sparse(rng, (n_obs, n_raw), 0.3, np.float32))
+    _z2_frame(raw, "var", genes, {"mean": rng.random(n_raw)})
+    _z2(raw.create_group("varm"), "PCs", rng.random((n_raw, 3)))
+    uns = g.create_group("uns")
+    _z2(uns, "colors", ["#aa0000", "#00bb00", "#0000cc"])
+    _z2(uns, "n_pcs", np.array([50]))
+    params = uns.create_group("neighbors").create_group("params")
+    _z2(params, "n_neighbors", np.array(15))
+    _z2(params, "method", np.array("umap"))

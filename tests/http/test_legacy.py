@@ -23,7 +23,7 @@ import pytest
 import scipy.sparse as sp
 
 import legacy_writers as lw
-from compare import check_frame_csv, check_frame_json, decode_bin
+from compare import check_frame_csv, check_frame_json, decode_bin, frame_encodings
 from conftest import assert_json, assert_problem, store_path
 
 NAME = "legacy_07.h5ad"
@@ -298,3 +298,181 @@ def test_pre07_both_raws_refused(pre07):
     assert_problem(srv.get(store_path(name, "raw", "var")), 422)
     # the rest of the store answers
     assert assert_json(srv.get(store_path(name, "obs"), rows="0:2"))["shape"][0] == 2
+
+
+# ------------------------------------------------------------ older MuData
+MU01, MU_NO_AXIS = "mudata_01.h5mu", "mudata_no_axis.h5mu"
+
+
+@pytest.fixture(scope="module")
+def old_mudata(tmp_path_factory, server_factory):
+    """mudata 0.1.x's layout, and a file without axis and mod-order.  Today's
+    mudata has no reader for the 0.1 modalities' encoding-type "AnnData",
+    so the reference for that file is mudata's read of a copy that says
+    "anndata" (tmp, outside the served root)."""
+    import mudata
+
+    root = tmp_path_factory.mktemp("old_mudata")
+    side = tmp_path_factory.mktemp("old_mudata_ref")
+    lw.write_mudata_01(root / MU01)
+    lw.modern_encodings_copy(root / MU01, side / MU01)
+    lw.write_mudata_no_axis(root / MU_NO_AXIS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(Exception, match="AnnData"):
+            mudata.read_h5mu(root / MU01)
+        refs = {MU01: mudata.read_h5mu(side / MU01), MU_NO_AXIS: mudata.read_h5mu(root / MU_NO_AXIS)}
+    return server_factory(root), refs, root
+
+
+@pytest.mark.parametrize("name", [MU01, MU_NO_AXIS])
+def test_old_mudata_modalities(old_mudata, name):
+    srv, refs, root = old_mudata
+    m = refs[name]
+    assert m.axis == 0
+    mods = assert_json(srv.get(store_path(name, "mod")))
+    assert mods["axis"] == 0
+    assert [x["name"] for x in mods["mod"]] == list(m.mod) == sorted(m.mod)  # name order
+    assert [x["shape"] for x in mods["mod"]] == [list(m[k].shape) for k in m.mod]
+    s = assert_json(srv.get(store_path(name)))
+    assert s["kind"] == "mudata" and s["axis"] == 0 and s["shape"] == list(m.shape)
+    for element in ("obs", "var"):
+        check_frame_json(assert_json(srv.get(store_path(name, element))), getattr(m, element),
+                         frame_encodings(root / name, element))
+
+
+@pytest.mark.parametrize("name", [MU01, MU_NO_AXIS])
+def test_old_mudata_mod_routes(old_mudata, name):
+    srv, refs, root = old_mudata
+    m = refs[name]
+    for mod, a in m.mod.items():
+        for element in ("obs", "var"):
+            js = assert_json(srv.get(store_path(name, "mod", mod, element)))
+            check_frame_json(js, getattr(a, element), frame_encodings(root / name, f"mod/{mod}/{element}"))
+        np.testing.assert_array_equal(fetch_bin(srv, store_path(name, "mod", mod, "X")), dense(a.X))
+        for key, value in a.obsm.items():
+            np.testing.assert_array_equal(fetch_bin(srv, store_path(name, "mod", mod, "obsm", key)),
+                                          dense(value))
+        for key, value in a.layers.items():
+            if key is not None:
+                np.testing.assert_array_equal(
+                    fetch_bin(srv, store_path(name, "mod", mod, "layers", key)), dense(value))
+        for axis in ("obs", "var"):
+            js = assert_json(srv.get(store_path(name, f"{axis}map", mod)))
+            assert js[f"{axis}map"] == getattr(m, f"{axis}map")[mod].tolist()
+        if a.raw is not None:
+            np.testing.assert_array_equal(fetch_bin(srv, store_path(name, "mod", mod, "raw", "X")),
+                                          dense(a.raw.X))
+            check_frame_json(assert_json(srv.get(store_path(name, "mod", mod, "raw", "var"))),
+                             a.raw.var, None)
+    if name == MU01:
+        schema = assert_json(srv.get(store_path(name, "mod", "rna", "obs", "schema")))
+        cluster = next(c for c in schema["columns"] if c["name"] == "cluster")
+        assert cluster["ordered"] is True and cluster["categories"] == ["a", "b", "c"]
+
+
+# ------------------------------------------------------------ older TreeData
+def _same(a, b) -> bool:
+    """Equal JSON values where a bool is never a number."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+@pytest.fixture(scope="module")
+def old_treedata(tmp_path_factory, server_factory):
+    import treedata
+
+    root = tmp_path_factory.mktemp("old_treedata")
+    refs = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, write in lw.TREEDATA_LAYOUTS.items():
+            write(root / name)
+            read = treedata.read_zarr if name.endswith(".zarr") else treedata.read_h5td
+            refs[name] = read(root / name)
+    return server_factory(root), refs
+
+
+@pytest.mark.parametrize("name", list(lw.TREEDATA_LAYOUTS))
+def test_old_treedata_summary(old_treedata, name):
+    srv, refs = old_treedata
+    t = refs[name]
+    s = assert_json(srv.get(store_path(name)))
+    assert s["kind"] == "treedata"
+    assert (s["label"], s["alignment"], s["allow_overlap"]) == (t.label, t.alignment,
+                                                                bool(t.allow_overlap))
+    assert s["obst"] == list(t.obst.keys()) and s["vart"] == list(t.vart.keys())
+    assert "notes" not in s
+    assert s["shape"] == list(t.shape)
+
+
+@pytest.mark.parametrize("name", list(lw.TREEDATA_LAYOUTS))
+def test_old_treedata_trees(old_treedata, name):
+    import networkx as nx
+
+    srv, refs = old_treedata
+    t = refs[name]
+    for axis in ("obst", "vart"):
+        listing = assert_json(srv.get(store_path(name, axis)))
+        assert [x["key"] for x in listing["trees"]] == list(getattr(t, axis).keys())
+        for key, g in getattr(t, axis).items():
+            js = assert_json(srv.get(store_path(name, axis, key)))
+            h = nx.node_link_graph(js, edges="links")
+            assert [n["id"] for n in js["nodes"]] == list(g.nodes)
+            assert all(_same(h.nodes[n], g.nodes[n]) for n in g.nodes), key
+            assert set(h.edges) == set(g.edges)
+            assert all(_same(h.edges[e], g.edges[e]) for e in g.edges), key
+    # a join of obs onto the leaves follows the alignment treedata reads
+    leaf = next(n for n in t.obst["t1"] if t.obst["t1"].out_degree(n) == 0)
+    js = assert_json(srv.get(store_path(name, "obst", "t1", "nodes", leaf), obs_columns="n"))
+    assert js["obs"] == {"n": int(t.obs.loc[leaf, "n"])}
+
+
+# ------------------------------------------------------------ anndata 0.7 zarr
+AD07_ZARR = "anndata_07.zarr"
+
+
+@pytest.fixture(scope="module")
+def ad07_zarr(tmp_path_factory, server_factory):
+    root = tmp_path_factory.mktemp("ad07_zarr")
+    lw.write_anndata_07_zarr(root / AD07_ZARR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = ad.read_zarr(root / AD07_ZARR)
+    return server_factory(root), a
+
+
+def test_anndata_07_zarr_every_route(ad07_zarr):
+    srv, a = ad07_zarr
+    s = assert_json(srv.get(store_path(AD07_ZARR)))
+    assert s["kind"] == "anndata" and s["backend"] == "zarr" and s["shape"] == list(a.shape)
+    assert s["raw"]["shape"] == list(a.raw.shape)
+    for el in ("obsm", "varm", "obsp", "layers", "uns"):
+        assert sorted(s[el]) == sorted(k for k in getattr(a, el).keys() if k is not None), el
+    for element in ("obs", "var"):
+        check_frame_json(assert_json(srv.get(store_path(AD07_ZARR, element))), getattr(a, element),
+                         None)
+    schema = assert_json(srv.get(store_path(AD07_ZARR, "obs", "schema")))
+    ordered = {c["name"]: c.get("ordered") for c in schema["columns"]}
+    assert ordered["cat_ordered"] is True and ordered["cat"] is False
+    np.testing.assert_array_equal(fetch_bin(srv, store_path(AD07_ZARR, "X")), dense(a.X))
+    np.testing.assert_array_equal(fetch_csr(srv, store_path(AD07_ZARR, "X"), rows="3:9").toarray(),
+                                  dense(a.X)[3:9])
+    np.testing.assert_array_equal(fetch_bin(srv, store_path(AD07_ZARR, "layers", "counts")),
+                                  a.layers["counts"])
+    for key, value in a.obsm.items():
+        if hasattr(value, "columns"):
+            check_frame_json(assert_json(srv.get(store_path(AD07_ZARR, "obsm", key))), value, None)
+        else:
+            np.testing.assert_array_equal(fetch_bin(srv, store_path(AD07_ZARR, "obsm", key)),
+                                          dense(value))
+    np.testing.assert_array_equal(fetch_bin(srv, store_path(AD07_ZARR, "obsp", "distances")),
+                                  dense(a.obsp["distances"]))
+    np.testing.assert_array_equal(fetch_bin(srv, store_path(AD07_ZARR, "raw", "X")), dense(a.raw.X))
+    check_frame_json(assert_json(srv.get(store_path(AD07_ZARR, "raw", "var"))), a.raw.var, None)
+    np.testing.assert_array_equal(fetch_bin(srv, store_path(AD07_ZARR, "raw", "varm", "PCs")),
+                                  a.raw.varm["PCs"])
+    assert_uns_equal(assert_json(srv.get(store_path(AD07_ZARR, "uns"))), uns_expected(dict(a.uns)))

@@ -833,3 +833,83 @@ done:
     free(text);
     free(json);
 }
+
+/* Parses json with a legacy reader of `axis` fed in pieces of `piece`
+ * bytes; the forest and the settings in *out. */
+static int legacy_parse(const char *json, const char *axis, size_t piece, tree_forest **forest,
+                        tree_json_legacy *out, cellar_error *err)
+{
+    tree_json_reader *r = tree_json_reader_new_legacy(axis);
+    CHECK(r != NULL);
+    int rc = 0;
+    size_t n = strlen(json);
+    for (size_t i = 0; !rc && i < n; i += piece)
+        rc = tree_json_reader_feed(r, json + i, n - i < piece ? n - i : piece, err);
+    if (!rc)
+        rc = tree_json_reader_finish(r, forest, err);
+    memset(out, 0, sizeof *out);
+    if (!rc)
+        tree_json_reader_legacy(r, out);
+    tree_json_reader_free(r);
+    return rc;
+}
+
+/* treedata 0.0.x's raw.treedata: the trees of one member, the settings
+ * beside them, everything else skipped. */
+void test_tree_json_legacy_member(void)
+{
+    static const char *doc =
+        "{\"extra\": {\"obst\": [1, {\"x\": null}]}, \"vart\": {\"v\": {\"nodes\": {\"g\": {}}}},"
+        " \"label\": \"tree\", \"obst\": {\"t1\": {\"edges\": {\"r\": {\"a\": {\"length\": 1.5}},"
+        " \"a\": {}}, \"nodes\": {\"r\": {}, \"a\": {\"d\": 2}}}, \"t2\": {}},"
+        " \"allow_overlap\": 0, \"more\": \"text\"}";
+    for (size_t piece = 1; piece <= 64; piece *= 4) {
+        tree_forest *f = NULL;
+        tree_json_legacy s;
+        cellar_error err;
+        cellar_error_clear(&err);
+        CHECK_EQ(legacy_parse(doc, "obst", piece, &f, &s, &err), 0);
+        CHECK_EQ(tree_forest_count(f), 2);
+        CHECK_STR_EQ(tree_forest_key(f, 0), "t1");
+        CHECK_EQ(tree_index_node_count(tree_forest_tree(f, 0)), 2);
+        CHECK_EQ(s.has_trees, 1);
+        CHECK_EQ(s.has_label, 1);
+        CHECK_STR_EQ(s.label, "tree");
+        CHECK_EQ(s.has_allow_overlap, 1);
+        CHECK_EQ(s.allow_overlap, 0);
+        free(s.label);
+        tree_forest_free(f);
+        f = NULL;
+        CHECK_EQ(legacy_parse(doc, "vart", piece, &f, &s, &err), 0);
+        CHECK_EQ(tree_forest_count(f), 1);
+        free(s.label);
+        tree_forest_free(f);
+    }
+    /* no member: an empty forest; label null; allow_overlap true */
+    tree_forest *f = NULL;
+    tree_json_legacy s;
+    cellar_error err;
+    cellar_error_clear(&err);
+    CHECK_EQ(legacy_parse("{\"label\": null, \"allow_overlap\": true}", "obst", 7, &f, &s, &err),
+             0);
+    CHECK_EQ(tree_forest_count(f), 0);
+    CHECK_EQ(s.has_trees, 0);
+    CHECK_EQ(s.has_label, 1);
+    CHECK(s.label == NULL);
+    CHECK_EQ(s.allow_overlap, 1);
+    tree_forest_free(f);
+    f = NULL;
+    CHECK_EQ(legacy_parse("{\"obst\": {}}", NULL, 3, &f, &s, &err), 0);
+    CHECK_EQ(s.has_trees, 0);
+    CHECK_EQ(s.has_label, 0);
+    tree_forest_free(f);
+    /* not an object, a member of trees that is not, truncated */
+    static const char *const bad[] = {"[1]", "\"x\"", "{\"obst\": 5}", "{\"obst\": {\"t\": 1}}",
+                                      "{\"obst\": {}", "{\"label\": \"a\""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        f = NULL;
+        cellar_error_clear(&err);
+        CHECK_EQ(legacy_parse(bad[i], "obst", 2, &f, &s, &err), CELLAR_EFORMAT);
+        CHECK(f == NULL);
+    }
+}
