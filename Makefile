@@ -184,6 +184,12 @@ VIEWER_TESTS := tests/browser/viewer
 $(VIEWER_TESTS)/node_modules/.package-lock.json: $(VIEWER_TESTS)/package.json $(VIEWER_TESTS)/package-lock.json
 	npm ci --no-audit --no-fund --prefix $(VIEWER_TESTS)
 
+# The vitessce npm package and esbuild for tests/http/test_vitessce.py
+# (the page is bundled from them in the test), from the committed lock file.
+VITESSCE_TESTS := tests/browser/vitessce
+$(VITESSCE_TESTS)/node_modules/.package-lock.json: $(VITESSCE_TESTS)/package.json $(VITESSCE_TESTS)/package-lock.json
+	npm ci --no-audit --no-fund --prefix $(VITESSCE_TESTS)
+
 # SeaweedFS's weed, the S3 server of tests/http/test_remote.py, built from
 # the Go module proxy at this pinned version (the only one it serves) the
 # first time and kept in CELLAR_TEST_CACHE (tests/build_weed.sh).
@@ -193,7 +199,8 @@ WEED_BIN := $(CELLAR_TEST_CACHE)/seaweedfs-$(WEED_VERSION)/weed
 $(WEED_BIN):
 	sh tests/build_weed.sh $(WEED_VERSION) $@
 
-pytest: $(BUILD)/cellar venv $(ZARR_CLIENTS)/node_modules/.package-lock.json $(VIEWER_TESTS)/node_modules/.package-lock.json $(WEED_BIN)
+pytest: $(BUILD)/cellar venv $(ZARR_CLIENTS)/node_modules/.package-lock.json $(VIEWER_TESTS)/node_modules/.package-lock.json \
+        $(VITESSCE_TESTS)/node_modules/.package-lock.json $(WEED_BIN)
 	$(SAN_ENV) CELLAR_BIN=$(abspath $(BUILD)/cellar) CELLAR_WEED=$(WEED_BIN) $(VENV)/bin/python -m pytest -q tests/http
 
 # The layering rules of the README's "Layout", on what the preprocessor includes.
