@@ -62,8 +62,8 @@ def write_zarr_cells(path: Path) -> ad.AnnData:
     a = viewer_writers.cells(3000)
     a.X = a.X.tocsc()
     with ad.settings.override(zarr_write_format=2):
-        a.write_zarr(path, consolidate_metadata=False)
-        g = zarr.open_group(path, mode="a")
+        a.write_zarr(path)
+        g = zarr.open_group(path, mode="a", use_consolidated=False)
         del g["X"]
         ad.io.write_elem(g, "X", a.X, dataset_kwargs={"chunks": (ZARR_CHUNK,)})
     zarr.consolidate_metadata(str(path))
