@@ -23,7 +23,7 @@ Environment:
   BENCH_REFS          references to run (default mhd,nginx,h5grove)
   BENCH_ONLY          comma list of scenario ids to run (summary, modlist,
                       obs_json, ..., mixed) and/or sections (trees, matrices,
-                      probe, replicas, deploy, viewer);
+                      probe, replicas, deploy, viewer, zarrview);
                       default all.  A run of sections only rewrites their
                       blocks of BENCHMARKS.md and keeps the rest of the file.
 
@@ -758,7 +758,7 @@ metadata, names and indexes stay on).
     return text
 
 
-SECTIONS = ("trees", "matrices", "probe", "replicas", "deploy", "viewer")
+SECTIONS = ("trees", "matrices", "probe", "replicas", "deploy", "viewer", "zarrview")
 SECTION_RE = re.compile(r"<!-- bench:([\w@.]+) -->\n.*?<!-- /bench:\1 -->\n?", re.S)
 
 
@@ -898,13 +898,16 @@ def main():
     import replicas
     import sections
     import viewer
+    import zarrview
     for name, title, fn in (("trees", "Trees (issue 4)", sections.run_trees),
                             ("matrices", "Matrices (issue 5)", sections.run_matrices),
                             ("probe", "The HDF5 probe (issue 19)", sections.run_probe),
                             ("replicas", "Replicas behind HAProxy (issue 15)",
                              replicas.run_replicas),
                             ("deploy", "TLS and bearer tokens (issue 15)", deploy.run_deploy),
-                            ("viewer", "The built-in viewer (issue 14)", viewer.run_viewer)):
+                            ("viewer", "The built-in viewer (issue 14)", viewer.run_viewer),
+                            ("zarrview", "The zarr view of HDF5 stores (issue 13)",
+                             zarrview.run_zarrview)):
         if only and name not in only:
             continue
         copy = copy_gbps()

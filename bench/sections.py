@@ -146,6 +146,9 @@ def load_client(section, cfg):
         n = viewer.PAGE_LOADS * max(cfg.get("repeat", 1), 1)
         return (f"runs: `bench/viewer_time.mjs` (playwright-core, Debian's Chromium), {n} page "
                 f"loads per store, and {n} GETs (urllib) of the embedding")
+    if section == "zarrview":
+        return (f"{wrk} (`bench/wrk/paths.lua`) for the chunk keys, and one keep-alive "
+                "http.client connection per side for the gene reads")
     return wrk
 
 
