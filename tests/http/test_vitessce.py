@@ -47,7 +47,8 @@ PAGE = REPO / "tests" / "browser" / "vitessce"
 LAUNCHER = REPO / "tests" / "browser" / "viewer"
 ARTIFACTS = REPO / "tests" / "artifacts"
 CHROMIUM = Path("/usr/bin/chromium")
-GENE = "CD3E"  # marks the first cluster (viewer_writers.cells)
+GENE = "CD3E"  # marks the first cluster (viewer_writers.cells), drawn right of the centre
+OTHER_GENE = "LYZ"  # marks the fourth, opposite it (left of the centre)
 ZARR_CHUNK = 1024  # elements per chunk of cells.zarr's X/data, X/indices
 # Chromium's console line for a fetch answered 404.
 PROBE_404 = "console: Failed to load resource: the server responded with a status of 404 (Not Found)"
@@ -163,7 +164,8 @@ def prefix(server, store: str, view: str = "zarr") -> str:
 def seen_zarr(vserver, driver) -> dict:
     url = prefix(vserver, "cells.zarr")
     return driver([{"name": "zarr-plain", "config": vitessce_config(url, url, None)},
-                   {"name": "zarr-gene", "config": vitessce_config(url, url, GENE)}])
+                   {"name": "zarr-gene", "config": vitessce_config(url, url, GENE)},
+                   {"name": "zarr-other-gene", "config": vitessce_config(url, url, OTHER_GENE)}])
 
 
 @pytest.fixture(scope="module")
@@ -229,27 +231,30 @@ def assert_scatterplot_drawn(view: dict, n_cells: int) -> None:
     assert f"{n_cells:,} cells" in view["text"]
 
 
-def assert_coloured_by_gene(view: dict, expr: np.ndarray) -> None:
-    """Plasma colours: the cells that express the gene (the first cluster,
-    drawn right of centre) warm, the others dark blue; the legend's range is
-    the gene's."""
+def assert_coloured_by_gene(view: dict, gene: str, expr: np.ndarray) -> float:
+    """Plasma colours: the cells that express the gene purple to yellow, the
+    others dark blue, the warm ones right of the centre for GENE's cluster, left of it
+    for OTHER_GENE's; the legend's range is the gene's.  The warm pixels'
+    mean x (0..1 of the width)."""
     hues = view["pixels"]["hues"]
-    warm = [h for h in hues[:5] if h["n"]]  # 0-75 degrees
-    cool = [h for h in hues[15:18] if h["n"]]  # 225-270
+    warm = [h for h in hues[:5] + hues[18:] if h["n"]]  # 270-75 degrees: purple to yellow
+    cool = [h for h in hues[15:18] if h["n"]]  # 225-270: plasma's dark blue, the zeros
     n_warm, n_cool = sum(h["n"] for h in warm), sum(h["n"] for h in cool)
     assert n_warm > 200 and n_cool > n_warm
     warm_x = sum(h["n"] * h["x"] for h in warm) / n_warm
     cool_x = sum(h["n"] * h["x"] for h in cool) / n_cool
-    assert warm_x > cool_x + 0.2, (warm_x, cool_x)
+    side = {GENE: 1, OTHER_GENE: -1}[gene]
+    assert (warm_x - cool_x) * side > 0.2, (gene, warm_x, cool_x)
     lines = view["text"].split("\n")
-    assert GENE in lines
+    assert gene in lines
     assert f"{expr.max():.0f}" in lines and f"{expr.max():.1f}" in lines
+    return warm_x
 
 
 # ------------------------------------------------------------ .zarr
 def test_zarr_nothing_beyond_127_0_0_1_and_no_console_errors(seen_zarr, vserver):
     assert seen_zarr["blocked"] == []
-    for name in ("zarr-plain", "zarr-gene"):
+    for name in ("zarr-plain", "zarr-gene", "zarr-other-gene"):
         v = seen_zarr["views"][name]
         assert set(v["origins"]) == {seen_zarr["pageOrigin"], vserver.base}, name
         assert_clean_console(v, vserver)
@@ -273,10 +278,14 @@ def test_zarr_scatterplot_is_drawn_from_the_embedding(seen_zarr, vserver, vit_ro
 def test_zarr_colouring_by_a_gene_reads_its_column(seen_zarr, vserver, vit_root):
     v = seen_zarr["views"]["zarr-gene"]
     a = ad.read_zarr(vit_root / "cells.zarr")
-    expr = np.asarray(a[:, GENE].X.todense()).ravel()
-    assert_scatterplot_drawn(v, a.n_obs)
-    assert_coloured_by_gene(v, expr)
-    assert v["pixels"]["hash"] != seen_zarr["views"]["zarr-plain"]["pixels"]["hash"]
+    warm_x = {}
+    for name, gene in (("zarr-gene", GENE), ("zarr-other-gene", OTHER_GENE)):
+        seen = seen_zarr["views"][name]
+        expr = np.asarray(a[:, gene].X.todense()).ravel()
+        assert_scatterplot_drawn(seen, a.n_obs)
+        warm_x[gene] = assert_coloured_by_gene(seen, gene, expr)
+        assert seen["pixels"]["hash"] != seen_zarr["views"]["zarr-plain"]["pixels"]["hash"]
+    assert warm_x[GENE] - warm_x[OTHER_GENE] > 0.4
 
     url = prefix(vserver, "cells.zarr")
     got = keys(v, url)
@@ -304,7 +313,7 @@ def test_h5ad_is_drawn_and_coloured_through_the_view(seen_h5ad, h5ad_view, vit_r
     a = ad.read_h5ad(vit_root / "cells.h5ad")
     expr = np.asarray(a[:, GENE].X.todense()).ravel()
     assert_scatterplot_drawn(v, a.n_obs)
-    assert_coloured_by_gene(v, expr)
+    assert_coloured_by_gene(v, GENE, expr)
 
     plain, csc = prefix(h5ad_view, "cells.h5ad"), prefix(h5ad_view, "cells.h5ad", "zarr-csc")
     emb_keys = keys(v, plain)

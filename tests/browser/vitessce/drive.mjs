@@ -84,14 +84,34 @@ async function settle(page, inflight, quiet = 1500) {
   throw new Error(`requests still open after ${TIMEOUT} ms: ${[...inflight].map((r) => r.url()).join(' ')}`);
 }
 
-// The scatterplot's canvas once two screenshots 700 ms apart are the same.
+// Hides (or shows again) what Vitessce lays over the scatterplot's canvas
+// (tool buttons, the legend), so the canvas' screenshot holds only points.
+async function overlays(canvas, hidden) {
+  return canvas.evaluate((c, hidden) => {
+    const r = c.getBoundingClientRect();
+    for (const e of c.closest('.vitessce-container').querySelectorAll('*')) {
+      if (e === c || e.contains(c)) continue;
+      const q = e.getBoundingClientRect();
+      if (q.right > r.left && q.left < r.right && q.bottom > r.top && q.top < r.bottom)
+        e.style.visibility = hidden ? 'hidden' : '';
+    }
+  }, hidden);
+}
+
+// The scatterplot's canvas, without its overlays, once two screenshots
+// 700 ms apart are the same.
 async function stableShot(page, canvas) {
   let last = null;
-  for (let i = 0; i < 40; i++) {
-    const png = await canvas.screenshot();
-    if (last && png.equals(last)) return png;
-    last = png;
-    await page.waitForTimeout(700);
+  await overlays(canvas, true);
+  try {
+    for (let i = 0; i < 40; i++) {
+      const png = await canvas.screenshot();
+      if (last && png.equals(last)) return png;
+      last = png;
+      await page.waitForTimeout(700);
+    }
+  } finally {
+    await overlays(canvas, false);
   }
   throw new Error('the scatterplot never stopped changing');
 }
