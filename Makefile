@@ -52,7 +52,9 @@ UNIT_OBJ := $(UNIT_SRC:%.c=$(BUILD)/%.o)
 # .venv311.  PYTHON_FOR_VENV=/usr/bin/python3 picks a Python by hand.  Looked
 # for only by the goals that use the venv (after make deps has installed one).
 ifneq ($(filter venv unit pytest check test-corpus,$(MAKECMDGOALS)),)
+ifeq ($(PYTHON_FOR_VENV),)
 PYTHON_FOR_VENV := $(shell sh tests/find_python.sh)
+endif
 endif
 PY_SET  := $(if $(PYTHON_FOR_VENV),$(shell $(PYTHON_FOR_VENV) -c 'import sys; print("py311" if sys.version_info < (3, 12) else "py312")'))
 ifeq ($(PY_SET),py311)

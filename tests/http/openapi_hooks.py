@@ -12,7 +12,24 @@ every other failure, of every check, stays.
 
 from __future__ import annotations
 
+import ast
+import sys
+import threading
+
 import schemathesis
+
+# CPython before 3.11.5 (Debian 12 has 3.11.2) keeps ast.parse's recursion
+# depth in state shared by threads (gh-106905), so two of schemathesis'
+# workers describing hypothesis strategies at once can fail with "AST
+# constructor recursion depth mismatch": parse one at a time there.
+if sys.version_info < (3, 11, 5):
+    _ast_parse, _ast_lock = ast.parse, threading.Lock()
+
+    def _parse_one_at_a_time(*args, **kwargs):
+        with _ast_lock:
+            return _ast_parse(*args, **kwargs)
+
+    ast.parse = _parse_one_at_a_time
 
 # Parameters the server refuses together (api/v1/frame.c, matrix.c, maps.c).
 EXCLUSIVE = [("rows", "obs_names"), ("rows", "var_names"), ("cols", "var_names"),

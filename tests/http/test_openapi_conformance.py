@@ -249,11 +249,15 @@ def test_schemathesis_finds_no_disagreement(examples_server, tmp_path):
     took = time.monotonic() - start
     summary = proc.stdout[proc.stdout.find("SUMMARY"):] if "SUMMARY" in proc.stdout else \
         (proc.stdout + proc.stderr)[-4000:]
+    if "ERRORS" in proc.stdout:   # schemathesis' own errors: their traceback's end
+        errors = proc.stdout[proc.stdout.find("ERRORS"):proc.stdout.find("SUMMARY")]
+        (tmp_path / "errors.txt").write_text(errors)
+        summary = summary[:1500] + "\nERRORS (end):\n" + errors[-3000:]
     assert report.exists() and "Test cases:" in proc.stdout, summary
     failures = failures_of(report)
     assert proc.returncode == 0 and not failures, (
         f"schemathesis found {len(failures)} disagreements in {took:.0f} s "
-        f"(exit {proc.returncode}):\n" + "\n".join(failures[:200]) + "\n" + summary[-3000:])
+        f"(exit {proc.returncode}):\n" + "\n".join(failures[:200]) + "\n" + summary[-4500:])
 
 
 # ------------------------------------------------------------ what the run found, pinned

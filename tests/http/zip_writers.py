@@ -82,6 +82,23 @@ def zip_directory(src: Path, dst: Path, compression: int, *, folder: str = "",
                 info.compress_type = compression
                 with zf.open(info, "w", force_zip64=force_zip64) as out:
                     out.write(p.read_bytes())
+    if force_zip64:
+        conform_zip64_local_headers(dst)
+
+
+def conform_zip64_local_headers(path: Path) -> None:
+    """Local headers with a zip64 extra field get all ones in their 32-bit
+    sizes and version 4.5 (APPNOTE 4.5.3), as zipfile writes them since
+    Python 3.11.4; Debian 12's 3.11.2 left the real sizes there."""
+    data = bytearray(path.read_bytes())
+    for _, cf, _ in central_entries(bytes(data)):
+        loc = cf[16]
+        f = list(LOC.unpack_from(data, loc))
+        extra = bytes(data[loc + 30 + f[9]:loc + 30 + f[9] + f[10]])
+        if len(extra) >= 4 and struct.unpack_from("<H", extra)[0] == 1:
+            f[1], f[7], f[8] = max(f[1], 45), 0xFFFFFFFF, 0xFFFFFFFF
+            LOC.pack_into(data, loc, *f)
+    path.write_bytes(bytes(data))
 
 
 # ------------------------------------------------------------ parsing a zip
