@@ -20,6 +20,7 @@
 #include <zstd.h>
 
 #include "api/encode/problem.h"
+#include "api/h5grove/routes.h"
 #include "api/request.h"
 #include "common/byte_range.h"
 #include "common/hash.h"
@@ -733,7 +734,9 @@ static enum MHD_Result send_problem(request_ctx *ctx, struct MHD_Connection *con
                                     const cellar_error *err, const char *allow)
 {
     buf body = {0};
-    int status = problem_render(err, ctx->req.path, &body);
+    int status = router_is_h5grove(ctx->route.id)
+                     ? problem_render_with_message(err, ctx->req.path, &body)
+                     : problem_render(err, ctx->req.path, &body);
     if (status >= 500)
         fprintf(stderr, "cellar: %s %s: %s\n", ctx->req.method, ctx->req.path,
                 err->detail[0] ? err->detail : cellar_strerror(err->code));
@@ -1151,6 +1154,10 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
         }
         return send_body(ctx, conn, 200, type, &body, NULL);
     }
+    /* h5grove's routes name their file in the query. */
+    if (router_is_h5grove(ctx->route.id) && ctx->route.needs_store &&
+        api_h5grove_store(req, &err))
+        return send_problem(ctx, conn, &err, NULL);
     /* The raw zarr route answers conditionals with each key's validators. */
     if (ctx->route.needs_store && ctx->route.id != ROUTE_ZARR_RAW) {
         rc = api_open_store(req, &err);

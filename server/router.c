@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "api/taxonium/taxonium.h"
+#include "api/h5grove/routes.h"
 #include "api/ui/ui.h"
 #include "api/v1/routes.h"
 #include "api/zarr/routes.h"
@@ -68,6 +69,12 @@ static const route_def routes[ROUTE_COUNT] = {
     [ROUTE_TAXONIUM_NEXTSTRAIN] = {ROUTE_TAXONIUM_NEXTSTRAIN,
                                    "{ad}/{obst|vart}/{key}/taxonium/nextstrain_json/{node_id}",
                                    api_taxonium_nextstrain, READ},
+    [ROUTE_H5GROVE_ROOT] = {ROUTE_H5GROVE_ROOT, "/h5grove/", api_h5grove_root, READ},
+    [ROUTE_H5GROVE_META] = {ROUTE_H5GROVE_META, "/h5grove/meta/", api_h5grove_meta, READ},
+    [ROUTE_H5GROVE_ATTR] = {ROUTE_H5GROVE_ATTR, "/h5grove/attr/", api_h5grove_attr, READ},
+    [ROUTE_H5GROVE_DATA] = {ROUTE_H5GROVE_DATA, "/h5grove/data/", api_h5grove_data, READ},
+    [ROUTE_H5GROVE_PATHS] = {ROUTE_H5GROVE_PATHS, "/h5grove/paths/", api_h5grove_paths, READ},
+    [ROUTE_H5GROVE_STATS] = {ROUTE_H5GROVE_STATS, "/h5grove/stats/", api_h5grove_stats, READ},
 };
 
 /* Element routes under an AnnData prefix: literal segments, "*" captures. */
@@ -141,7 +148,37 @@ static void set_route(route_match *out, route_id id)
     out->name = routes[id].name;
     out->handler = routes[id].handler;
     out->methods = routes[id].methods;
-    out->needs_store = id >= ROUTE_STORE_SUMMARY;
+    out->needs_store = id >= ROUTE_STORE_SUMMARY && id != ROUTE_H5GROVE_ROOT;
+}
+
+int router_is_h5grove(route_id id)
+{
+    return id >= ROUTE_H5GROVE_ROOT && id <= ROUTE_H5GROVE_STATS;
+}
+
+/* /h5grove/ and /h5grove/{meta|attr|data|paths|stats}/ (h5grove's routes;
+ * the trailing slash is optional, as one always is here). */
+static int match_h5grove(char **seg, size_t n, route_match *out)
+{
+    static const struct {
+        const char *name;
+        route_id id;
+    } names[] = {{"meta", ROUTE_H5GROVE_META},   {"attr", ROUTE_H5GROVE_ATTR},
+                 {"data", ROUTE_H5GROVE_DATA},   {"paths", ROUTE_H5GROVE_PATHS},
+                 {"stats", ROUTE_H5GROVE_STATS}};
+    if (n == 0 || strcmp(seg[0], "h5grove"))
+        return CELLAR_ENOTFOUND;
+    if (n == 1) {
+        set_route(out, ROUTE_H5GROVE_ROOT);
+        return 0;
+    }
+    for (size_t i = 0; n == 2 && i < sizeof names / sizeof *names; i++) {
+        if (!strcmp(seg[1], names[i].name)) {
+            set_route(out, names[i].id);
+            return 0;
+        }
+    }
+    return CELLAR_ENOTFOUND;
 }
 
 static int store_suffix(const char *s)
@@ -380,7 +417,7 @@ int router_match(const char *raw_path, api_request *req, route_match *out, cella
         set_route(out, ROUTE_OPENAPI);
     else if (n == 2 && !strcmp(seg[0], "v1") && !strcmp(seg[1], "stores"))
         set_route(out, ROUTE_STORES);
-    else if (match_ui(seg, n, req, out) == 0)
+    else if (match_ui(seg, n, req, out) == 0 || match_h5grove(seg, n, out) == 0)
         return 0;
     if (out->id != ROUTE_NONE)
         return 0;

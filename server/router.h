@@ -37,6 +37,12 @@ typedef enum route_id {
     ROUTE_TAXONIUM_TIP_ATTS,
     ROUTE_TAXONIUM_MUTATIONS,
     ROUTE_TAXONIUM_NEXTSTRAIN,
+    ROUTE_H5GROVE_ROOT,
+    ROUTE_H5GROVE_META,
+    ROUTE_H5GROVE_ATTR,
+    ROUTE_H5GROVE_DATA,
+    ROUTE_H5GROVE_PATHS,
+    ROUTE_H5GROVE_STATS,
     ROUTE_COUNT
 } route_id;
 
@@ -54,6 +60,10 @@ typedef struct route_match {
     unsigned methods;      /* METHOD_* allowed (OPTIONS is always answered) */
     int needs_store;       /* the request names a store */
 } route_match;
+
+/* Whether id is one of the /h5grove/ routes (the store is named by their
+ * `file` parameter; errors carry h5grove's "message" too). */
+int router_is_h5grove(route_id id);
 
 /* Name of a route for metrics labels. */
 const char *router_route_name(route_id id);

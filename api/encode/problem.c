@@ -18,7 +18,19 @@ static json_t *json_text(const char *text)
     return j;
 }
 
+static int render(const cellar_error *err, const char *instance, int message, buf *out);
+
 int problem_render(const cellar_error *err, const char *instance, buf *out)
+{
+    return render(err, instance, 0, out);
+}
+
+int problem_render_with_message(const cellar_error *err, const char *instance, buf *out)
+{
+    return render(err, instance, 1, out);
+}
+
+static int render(const cellar_error *err, const char *instance, int message, buf *out)
 {
     int code = err && err->code ? err->code : CELLAR_EINTERNAL;
     int status = cellar_http_status(code);
@@ -28,6 +40,8 @@ int problem_render(const cellar_error *err, const char *instance, buf *out)
                             "status", status, "detail", json_text(detail));
     if (doc && instance)
         json_object_set_new(doc, "instance", json_text(instance));
+    if (doc && message)
+        json_object_set_new(doc, "message", json_text(detail));
     char *text = doc ? json_dumps(doc, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
     if (text) {
         buf_puts(out, text);

@@ -12,4 +12,8 @@
  * detail gets its title as detail. */
 int problem_render(const cellar_error *err, const char *instance, buf *out);
 
+/* The same with the detail also as "message" (h5grove's error body, which
+ * h5web shows), for the /h5grove/ routes. */
+int problem_render_with_message(const cellar_error *err, const char *instance, buf *out);
+
 #endif

@@ -30,6 +30,7 @@
 #include "common/utf8.h"
 #include "storage/hdf5/h5_access.h"
 #include "storage/hdf5/h5_direct.h"
+#include "storage/hdf5/h5_impl.h"
 #include "storage/hdf5/h5_stream.h"
 #include "storage/node_impl.h"
 
@@ -115,7 +116,7 @@ static const node_ops h5_ops = {
  * build), so each thread that calls in switches it off once. */
 static _Thread_local int h5_thread_quiet;
 
-static void h5_quiet(void)
+void h5_quiet(void)
 {
     if (!h5_thread_quiet) {
         H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
@@ -145,8 +146,7 @@ static herr_t h5_err_walk_cb(unsigned n, const H5E_error2_t *e, void *data)
  * CELLAR_EFORMAT (422): the library reports damaged bytes ("incorrect cache
  * entry type", "address past end of allocation") as read errors, and the
  * operating system's own I/O errors come from our preads, not from here. */
-__attribute__((format(printf, 3, 4))) static int h5_fail(cellar_error *err, int code,
-                                                        const char *fmt, ...)
+int h5_fail(cellar_error *err, int code, const char *fmt, ...)
 {
     char msg[300];
     va_list ap;
@@ -976,6 +976,24 @@ static hid_t link_access(void)
     return link_access_props;
 }
 
+hid_t h5_link_access(void)
+{
+    return link_access();
+}
+
+int h5_elink_refused_take(void)
+{
+    int r = elink_refused;
+    elink_refused = 0;
+    return r;
+}
+
+hid_t h5_node_object(const node *n)
+{
+    return n && n->ops == &h5_ops && n->impl ? ((const h5_node *)n->impl)->obj
+                                              : H5I_INVALID_HID;
+}
+
 static int h5_open_child(node *parent, const char *name, node **out, cellar_error *err)
 {
     h5_quiet();
@@ -1056,15 +1074,12 @@ static herr_t name_list_cb(hid_t g, const char *name, const H5L_info_t *info, vo
     return 0;
 }
 
-static int h5_list_children(node *n, arena *a, const char ***names, size_t *count,
-                            cellar_error *err)
+int h5_list_links(hid_t obj, const char *path, arena *a, const char ***names, size_t *count,
+                  cellar_error *err)
 {
     h5_quiet();
-    h5_node *h = n->impl;
-    if (n->info.type == NODE_ARRAY)
-        return h5_list_fields(n, a, names, count, err);
     unsigned crt = 0;
-    hid_t gcpl = H5Gget_create_plist(h->obj);
+    hid_t gcpl = H5Gget_create_plist(obj);
     if (gcpl >= 0) {
         if (H5Pget_link_creation_order(gcpl, &crt) < 0)
             crt = 0;
@@ -1074,24 +1089,33 @@ static int h5_list_children(node *n, arena *a, const char ***names, size_t *coun
     herr_t st = -1;
     if (crt & H5P_CRT_ORDER_TRACKED) {
         hsize_t idx = 0;
-        st = H5Literate(h->obj, H5_INDEX_CRT_ORDER, H5_ITER_INC, &idx, name_list_cb, &l);
+        st = H5Literate(obj, H5_INDEX_CRT_ORDER, H5_ITER_INC, &idx, name_list_cb, &l);
         if (l.oom)
-            return cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '%s'", n->path);
+            return cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '%s'", path);
     }
     if (st < 0) {
         /* Name order: the default, and the fallback when creation order is
          * tracked but not indexed. */
         l.count = 0;
         hsize_t idx = 0;
-        st = H5Literate(h->obj, H5_INDEX_NAME, H5_ITER_INC, &idx, name_list_cb, &l);
+        st = H5Literate(obj, H5_INDEX_NAME, H5_ITER_INC, &idx, name_list_cb, &l);
         if (l.oom)
-            return cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '%s'", n->path);
+            return cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '%s'", path);
         if (st < 0)
-            return h5_fail(err, CELLAR_EFORMAT, "cannot list the children of '%s'", n->path);
+            return h5_fail(err, CELLAR_EFORMAT, "cannot list the children of '%s'", path);
     }
     *names = l.names;
     *count = l.count;
     return 0;
+}
+
+static int h5_list_children(node *n, arena *a, const char ***names, size_t *count,
+                            cellar_error *err)
+{
+    const h5_node *h = n->impl;
+    if (n->info.type == NODE_ARRAY)
+        return h5_list_fields(n, a, names, count, err);
+    return h5_list_links(h->obj, n->path, a, names, count, err);
 }
 
 /* ----------------------------------------------------------------- reads */

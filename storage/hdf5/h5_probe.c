@@ -4,7 +4,9 @@
 #include <string.h>
 
 #include "common/arena.h"
+#include "common/u64set.h"
 #include "storage/hdf5/h5.h"
+#include "storage/hdf5/h5_grove.h"
 #include "storage/node.h"
 
 /* Strings and numbers read per libhdf5 call: enough to make the calls few,
@@ -12,48 +14,10 @@
 enum { STRINGS_PER_READ = 1 << 16 };
 #define BYTES_PER_READ ((size_t)8 << 20)
 
-/* Object addresses already walked (hard links may form cycles). */
-typedef struct addr_set {
-    uint64_t *slots; /* 0 = empty; addresses are stored + 1 */
-    size_t cap, count;
-} addr_set;
-
-/* Adds a; 1 when it was new, 0 when already there, -1 when out of memory. */
-static int addr_set_add(addr_set *s, uint64_t a)
-{
-    a += 1;
-    if ((s->count + 1) * 2 > s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 1024;
-        uint64_t *slots = calloc(cap, sizeof *slots);
-        if (!slots)
-            return -1;
-        for (size_t i = 0; i < s->cap; i++) {
-            if (!s->slots[i])
-                continue;
-            size_t j = (size_t)(s->slots[i] * 0x9E3779B97F4A7C15ull) & (cap - 1);
-            while (slots[j])
-                j = (j + 1) & (cap - 1);
-            slots[j] = s->slots[i];
-        }
-        free(s->slots);
-        s->slots = slots;
-        s->cap = cap;
-    }
-    size_t j = (size_t)(a * 0x9E3779B97F4A7C15ull) & (s->cap - 1);
-    while (s->slots[j]) {
-        if (s->slots[j] == a)
-            return 0;
-        j = (j + 1) & (s->cap - 1);
-    }
-    s->slots[j] = a;
-    s->count++;
-    return 1;
-}
-
 typedef struct walk {
     const h5_probe_limits *lim;
     h5_probe_report *rep;
-    addr_set seen;
+    u64set seen; /* object addresses walked (hard links may form cycles) */
     node **stack;
     size_t depth, cap;
 } walk;
@@ -259,7 +223,7 @@ static int walk_children(walk *w, node *g, cellar_error *err)
             continue;
         }
         uint64_t addr = 0;
-        int fresh = h5_object_address(c, &addr) ? 1 : addr_set_add(&w->seen, addr);
+        int fresh = h5_object_address(c, &addr) ? 1 : u64set_add(&w->seen, addr);
         if (fresh < 0 || (fresh && push(w, c))) {
             rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory probing '%s'", node_path(g));
             goto done;
@@ -289,7 +253,7 @@ int h5_probe_file(const char *path, const h5_probe_limits *lim, h5_probe_report 
     walk w = {.lim = lim, .rep = rep};
     rep->attributes = json_object_size(node_attrs(root));
     uint64_t addr = 0;
-    if ((!h5_object_address(root, &addr) && addr_set_add(&w.seen, addr) < 0) || push(&w, root)) {
+    if ((!h5_object_address(root, &addr) && u64set_add(&w.seen, addr) < 0) || push(&w, root)) {
         rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory probing '%s'", path);
         goto done;
     }
@@ -302,9 +266,12 @@ int h5_probe_file(const char *path, const h5_probe_limits *lim, h5_probe_report 
         rc = node_get_info(n)->type == NODE_GROUP ? walk_group(&w, n, err)
                                                    : walk_array(&w, n, err);
     }
+    /* What the h5grove routes ask beyond the node backend (h5_grove.h). */
+    if (!rc)
+        rc = h5g_probe_walk(root, lim->max_objects, lim->max_read_bytes, &rep->broken, err);
 done:
     free(w.stack);
-    free(w.seen.slots);
+    u64set_free(&w.seen);
     node_tree_free(root);
     return rc;
 }
