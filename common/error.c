@@ -24,6 +24,7 @@ const char *cellar_strerror(int code)
     case CELLAR_EUNAUTHORIZED: return "Unauthorized";
     case CELLAR_EUPSTREAM: return "Bad Gateway";
     case CELLAR_ETIMEOUT: return "Gateway Timeout";
+    case CELLAR_EFORBIDDEN: return "Forbidden";
     default: return "Internal Server Error";
     }
 }
@@ -48,6 +49,7 @@ int cellar_http_status(int code)
     case CELLAR_EUNAUTHORIZED: return 401;
     case CELLAR_EUPSTREAM: return 502;
     case CELLAR_ETIMEOUT: return 504;
+    case CELLAR_EFORBIDDEN: return 403;
     default: return 500;
     }
 }

@@ -25,7 +25,8 @@ typedef enum {
     CELLAR_EPRECONDITION = -12, /* 412: If-Match / If-Unmodified-Since failed */
     CELLAR_EUNAUTHORIZED = -13, /* 401: no valid bearer token (--auth-file) */
     CELLAR_EUPSTREAM = -14,   /* 502: a remote store's server failed or refused */
-    CELLAR_ETIMEOUT = -15     /* 504: a remote store's server did not answer in time */
+    CELLAR_ETIMEOUT = -15,    /* 504: a remote store's server did not answer in time */
+    CELLAR_EFORBIDDEN = -16   /* 403: a file the server may not read (h5grove's routes) */
 } cellar_code;
 
 #define CELLAR_ERROR_DETAIL_MAX 512

@@ -1161,6 +1161,8 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
     /* The raw zarr route answers conditionals with each key's validators. */
     if (ctx->route.needs_store && ctx->route.id != ROUTE_ZARR_RAW) {
         rc = api_open_store(req, &err);
+        if (rc && router_is_h5grove(ctx->route.id))
+            rc = api_h5grove_open_error(&err);
         if (overdue(ctx, &err) || rc)
             return send_problem(ctx, conn, &err, NULL);
         if (method != METHOD_POST && name_representation(ctx)) {

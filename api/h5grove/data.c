@@ -268,7 +268,7 @@ static int read_values(api_request *req, const char *path, h5g_links links,
                        const char *sel_text, grove_values *v, cellar_error *err)
 {
     memset(v, 0, sizeof *v);
-    int rc = api_open_store(req, err);
+    int rc = grove_open_store(req, err);
     if (rc)
         return rc;
     if (links != GROVE_LINKS_NONE && store_get_backend(req->store) == BACKEND_HDF5 &&

@@ -2,6 +2,7 @@
  * (api/h5grove/routes.h).  data and stats are in api/h5grove/data.c. */
 #include "api/h5grove/routes.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -58,12 +59,35 @@ static const char *base_name(const char *name)
     return s ? s + 1 : name;
 }
 
+int api_h5grove_open_error(cellar_error *err)
+{
+    /* h5grove's 403: a file that is there but that the server may not
+     * read (the open, in the probe or here, said so) */
+    if (err->code == CELLAR_EFORMAT && strstr(err->detail, strerror(EACCES))) {
+        cellar_error_clear(err);
+        cellar_fail(err, CELLAR_EFORBIDDEN, "Cannot read file: Permission denied!");
+    }
+    return err->code;
+}
+
+int grove_open_store(api_request *req, cellar_error *err)
+{
+    cellar_error local;
+    cellar_error_clear(&local);
+    int rc = api_open_store(req, &local);
+    if (rc)
+        rc = api_h5grove_open_error(&local);
+    if (rc && err)
+        *err = local;
+    return rc;
+}
+
 int grove_open(api_request *req, const char *path, h5g_links links, h5g_object *o,
                cellar_error *err)
 {
     memset(o, 0, sizeof *o);
     o->hid = -1;
-    int rc = api_open_store(req, err);
+    int rc = grove_open_store(req, err);
     if (rc)
         return rc;
     if (store_get_backend(req->store) != BACKEND_HDF5)
@@ -263,15 +287,19 @@ done:
     return m;
 }
 
-int api_h5grove_meta(api_request *req, api_response *res, cellar_error *err)
+/* The entity at path with the request's resolve_links. */
+static int open_asked(api_request *req, const char *path, h5g_object *o, cellar_error *err)
 {
     h5g_links links;
     int rc = grove_links_param(req, &links, err);
-    if (rc)
-        return rc;
+    return rc ? rc : grove_open(req, path, links, o, err);
+}
+
+int api_h5grove_meta(api_request *req, api_response *res, cellar_error *err)
+{
     const char *path = grove_path(req);
     h5g_object o;
-    rc = grove_open(req, path, links, &o, err);
+    int rc = open_asked(req, path, &o, err);
     if (rc)
         return rc;
     json_t *doc = entity_meta(req, path, &o, 1, err);
@@ -311,13 +339,9 @@ static void attr_value_json(json_out *j, const h5g_attr *at)
 
 int api_h5grove_attr(api_request *req, api_response *res, cellar_error *err)
 {
-    h5g_links links;
-    int rc = grove_links_param(req, &links, err);
-    if (rc)
-        return rc;
     const char *path = grove_path(req);
     h5g_object o;
-    rc = grove_open(req, path, links, &o, err);
+    int rc = open_asked(req, path, &o, err);
     if (rc)
         return rc;
     h5g_attr *attrs = NULL;

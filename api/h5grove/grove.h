@@ -82,6 +82,10 @@ const char *grove_path(const api_request *req);
 /* resolve_links as h5grove parses it (only_valid when absent). */
 int grove_links_param(const api_request *req, h5g_links *out, cellar_error *err);
 
+/* Opens the store of the request (api_open_store), a file the server may
+ * not read being 403 as in h5grove. */
+int grove_open_store(api_request *req, cellar_error *err);
+
 /* Opens the store of the request and the entity at path, with h5grove's
  * messages for what is not there (404). */
 int grove_open(api_request *req, const char *path, h5g_links links, h5g_object *o,

@@ -12,6 +12,10 @@
  * to the data root); CELLAR_EFORMAT (422) when it is missing. */
 int api_h5grove_store(api_request *req, cellar_error *err);
 
+/* Turns the error of opening the request's file into h5grove's: a file
+ * the server may not read is 403.  Returns err->code. */
+int api_h5grove_open_error(cellar_error *err);
+
 /* GET /h5grove/: "ok", as h5grove's root route. */
 int api_h5grove_root(api_request *req, api_response *res, cellar_error *err);
 

@@ -355,6 +355,11 @@ def test_errors_and_routes(grove_root, reference, cellar):
         got = requests.get(f"{c}/{route}/", params={"path": "/"})
         assert got.status_code == 422 and "file" in got.json()["message"]
         assert got.headers["content-type"] == "application/problem+json"
+    # a compound's field is no HDF5 path (cellar's node backend shows
+    # fields as arrays of their own, for anndata before 0.7)
+    for route in ("data", "meta", "stats"):
+        ref, got = both(reference, cellar, route, [("file", TYPES), ("path", "/other/compound/x")])
+        assert ref.status_code == got.status_code == 404, route
     # file names never leave the root
     for bad in ("../types.h5", "/etc/passwd.h5", "numbers/../../x.h5"):
         assert requests.get(c + "/meta/", params={"file": bad}).status_code == 404
@@ -377,3 +382,49 @@ def test_auth_grants_the_file(grove_root, server_factory, tmp_path):
         assert requests.get(url, params={**q, "access_token": tok_types}).status_code == 200
     finally:
         srv.stop()
+
+
+@pytest.mark.skipif(not Path("/usr/bin/setpriv").exists() or __import__("os").geteuid() != 0,
+                    reason="needs root and setpriv to run cellar as another user")
+def test_unreadable_file_is_403(tmp_path_factory):
+    """A file the server may not read is 403, with h5grove's message
+    (h5grove's open_file_with_error_fallback).  Root reads every file, so
+    cellar runs as nobody here."""
+    import os
+    import shutil
+    from conftest import cellar_bin
+    root = Path("/tmp") / f"h5grove-403-{os.getpid()}"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(mode=0o755)
+    try:
+        h5grove_writers.write_other(root / "ok.h5")
+        h5grove_writers.write_other(root / "secret.h5")
+        os.chmod(root / "ok.h5", 0o644)
+        os.chmod(root / "secret.h5", 0o600)
+        port = free_port()
+        proc = subprocess.Popen(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                 str(cellar_bin()), "--root", str(root), "--port", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            base = f"http://127.0.0.1:{port}/h5grove"
+            deadline = time.monotonic() + 15
+            while True:
+                try:
+                    if requests.get(base + "/", timeout=1).status_code == 200:
+                        break
+                except requests.RequestException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+            for route in ROUTES:
+                ok = requests.get(f"{base}/{route}/", params={"file": "ok.h5", "path": "/data"})
+                # /paths/ of a dataset is 422 (h5grove: 500)
+                assert ok.status_code == (422 if route == "paths" else 200), (route, ok.text)
+                r = requests.get(f"{base}/{route}/", params={"file": "secret.h5", "path": "/data"})
+                assert r.status_code == 403, (route, r.text)
+                assert r.json()["message"] == "Cannot read file: Permission denied!"
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
