@@ -34,6 +34,10 @@ typedef struct zarr_node {
     char *rel;         /* path below the store, "" for the root */
     int is_array;
     zarr_array arr;
+    /* a field of the records of its parent array (storage/node.h: arrays of
+     * records): the parent's zarr_node and the field's index; else NULL */
+    const struct zarr_node *records;
+    int field;
 } zarr_node;
 
 /* What the metadata says about one node. */
@@ -293,6 +297,8 @@ static int make_node(node *parent, const char *name, zarr_store *s, int owns_sto
                                 za->itemsize > 1;
     n->info.string_size =
         za->kind == ZK_FIXED_BYTES || za->kind == ZK_FIXED_UTF32 ? za->itemsize : 0;
+    if (za->kind == ZK_RECORDS && !za->unsupported)
+        n->info.n_fields = za->n_fields;
 done:
     if (rc) {
         node_tree_free(n);
@@ -308,10 +314,49 @@ static int valid_name(const char *name)
            strlen(name) < 1024;
 }
 
+/* Rows of records read at once for a field: at most this many bytes. */
+#define FIELD_BATCH_BYTES ((size_t)8 << 20)
+
+/* The field `name` of the records of array parent, as a node of its own:
+ * the records' shape (1-D records only), the field's dtype. */
+static int field_open(node *parent, const char *name, node **out, cellar_error *err)
+{
+    const zarr_node *pz = parent->impl;
+    const zarr_array *za = &pz->arr;
+    int idx = -1;
+    for (int i = 0; i < za->n_fields && idx < 0; i++)
+        if (strcmp(za->fields[i].name, name) == 0)
+            idx = i;
+    if (idx < 0)
+        return cellar_fail(err, CELLAR_ENOTFOUND, "no field '%s' in '%s'", name, parent->path);
+    node *n = node_new(&zarr_ops, parent, name);
+    zarr_node *zn = calloc(1, sizeof *zn);
+    if (!n || !zn || !(zn->rel = strdup(pz->rel))) {
+        free(zn);
+        node_tree_free(n);
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", name);
+    }
+    n->impl = zn;
+    zn->store = pz->store;
+    zn->records = pz;
+    zn->field = idx;
+    const zarr_field *f = &za->fields[idx];
+    n->info.type = NODE_ARRAY;
+    n->info.ndim = za->ndim;
+    memcpy(n->info.shape, za->shape, sizeof za->shape);
+    n->info.dtype = za->ndim == 1 ? f->dtype : DT_NONE;
+    n->info.stored_big_endian = f->big_endian && f->itemsize > 1;
+    n->info.string_size = f->dtype == DT_STRING ? f->itemsize : 0;
+    *out = n;
+    return 0;
+}
+
 static int zarr_open_child(node *parent, const char *name, node **out, cellar_error *err)
 {
     zarr_node *pz = parent->impl;
     *out = NULL;
+    if (parent->info.type == NODE_ARRAY)
+        return field_open(parent, name, out, err);
     if (!valid_name(name))
         return cellar_fail(err, CELLAR_ENOTFOUND, "no element '%s' in '%s'", name, parent->path);
     char *rel = pz->rel[0] ? join_path(pz->rel, name) : strdup(name);
@@ -456,6 +501,16 @@ static int zarr_list_children(node *n, arena *a, const char ***names, size_t *co
                               cellar_error *err)
 {
     zarr_node *zn = n->impl;
+    if (n->info.type == NODE_ARRAY) { /* the fields of records, in stored order */
+        const char **v = arena_calloc(a, (size_t)zn->arr.n_fields + 1, sizeof *v);
+        if (!v)
+            return cellar_fail(err, CELLAR_ENOMEM, "out of memory listing '%s'", n->path);
+        for (int i = 0; i < zn->arr.n_fields; i++)
+            v[i] = zn->arr.fields[i].name;
+        *names = v;
+        *count = (size_t)zn->arr.n_fields;
+        return 0;
+    }
     name_list l = {0};
     int rc = 0;
     if (zn->store->cmeta) {
@@ -491,10 +546,74 @@ done:
     return rc;
 }
 
+/* One field's value of the record rec into out[i] (numbers) or sout[i]. */
+static int field_value(const zarr_field *f, const uint8_t *rec, int64_t i, uint8_t *out,
+                       arena *a, char **sout, const char *what, cellar_error *err)
+{
+    const uint8_t *p = rec + f->offset;
+    if (!sout) {
+        uint8_t *o = out + (size_t)i * f->itemsize;
+        memcpy(o, p, f->itemsize);
+        if (f->big_endian != (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__) && f->itemsize > 1)
+            codec_byteswap(o, 1, f->itemsize);
+        if (f->dtype == DT_BOOL)
+            *o = *o != 0;
+        return 0;
+    }
+    char *s;
+    if (f->kind == ZK_FIXED_BYTES) {
+        s = arena_strndup(a, (const char *)p, strnlen((const char *)p, f->itemsize));
+    } else {
+        s = arena_alloc(a, f->itemsize + 1);
+        if (s && codec_utf32_to_utf8(p, f->itemsize / 4, f->big_endian, s, what, err) < 0)
+            return CELLAR_EFORMAT;
+    }
+    if (!s)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", what);
+    sout[i] = s;
+    return 0;
+}
+
+/* Reads a selection of a field: the records of its rows from the parent
+ * array, FIELD_BATCH_BYTES at a time, then the field of each. */
+static int field_read(node *n, const dim_sel *sel, void *out, arena *a, char **sout,
+                      cellar_error *err)
+{
+    const zarr_node *zn = n->impl, *rz = zn->records;
+    const zarr_array *za = &rz->arr;
+    const zarr_field *f = &za->fields[zn->field];
+    size_t rec = za->itemsize ? za->itemsize : 1;
+    int64_t batch = (int64_t)(FIELD_BATCH_BYTES / rec);
+    if (batch < 1)
+        batch = 1;
+    int64_t total = sel[0].count;
+    uint8_t *buf = malloc((size_t)(total < batch ? total : batch) * rec);
+    if (!buf)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", n->path);
+    int rc = 0;
+    for (int64_t i0 = 0; !rc && i0 < total; i0 += batch) {
+        int64_t k = total - i0 < batch ? total - i0 : batch;
+        dim_sel part = sel[0];
+        part.count = k;
+        if (sel[0].index)
+            part.index = sel[0].index + i0;
+        else
+            part.start = dim_sel_at(&sel[0], i0);
+        rc = zarr_array_read(za, rz->store->src, rz->rel, n->path, &part, buf, (size_t)k * rec,
+                             NULL, NULL, err);
+        for (int64_t j = 0; !rc && j < k; j++)
+            rc = field_value(f, buf + (size_t)j * rec, i0 + j, out, a, sout, n->path, err);
+    }
+    free(buf);
+    return rc;
+}
+
 static int zarr_read_op(node *n, const dim_sel *sel, void *out, size_t out_bytes,
                         cellar_error *err)
 {
     zarr_node *zn = n->impl;
+    if (zn->records)
+        return field_read(n, sel, out, NULL, NULL, err);
     return zarr_array_read(&zn->arr, zn->store->src, zn->rel, n->path, sel, out, out_bytes,
                            NULL, NULL, err);
 }
@@ -503,6 +622,8 @@ static int zarr_read_strings_op(node *n, const dim_sel *sel, arena *a, char **ou
                                 cellar_error *err)
 {
     zarr_node *zn = n->impl;
+    if (zn->records)
+        return field_read(n, sel, NULL, a, out, err);
     return zarr_array_read(&zn->arr, zn->store->src, zn->rel, n->path, sel, NULL, 0, a, out,
                            err);
 }

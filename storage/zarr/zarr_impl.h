@@ -21,8 +21,22 @@ typedef enum zarr_kind {
     ZK_VLEN_UTF8,    /* numcodecs vlen-utf8 */
     ZK_VLEN_BYTES,   /* numcodecs vlen-bytes */
     ZK_FIXED_UTF32,  /* numpy <U{n}: n UTF-32 code units */
-    ZK_FIXED_BYTES   /* numpy |S{n}: n bytes, NUL-padded */
+    ZK_FIXED_BYTES,  /* numpy |S{n}: n bytes, NUL-padded */
+    ZK_RECORDS       /* a v2 structured dtype: records of fixed-size fields */
 } zarr_kind;
+
+/* Fields of a structured dtype (anndata's rec-arrays in zarr v2) beyond
+ * which the dtype is not read. */
+#define ZARR_MAX_FIELDS 4096
+
+/* One field of a record: its bytes at offset within each record. */
+typedef struct zarr_field {
+    char *name;
+    size_t offset, itemsize;
+    zarr_kind kind;       /* ZK_NUMERIC, ZK_FIXED_UTF32 or ZK_FIXED_BYTES */
+    dtype_kind dtype;     /* DT_NONE: listed, not readable (subarrays, nesting) */
+    int big_endian;
+} zarr_field;
 
 /* The array -> bytes step of a codec chain. */
 typedef enum zarr_a2b { ZA_BYTES = 1, ZA_VLEN, ZA_SHARD } zarr_a2b;
@@ -54,6 +68,8 @@ typedef struct zarr_array {
     zarr_chain inner_chain;
     int index_at_start, index_big_endian, index_crc;
     char *unsupported;              /* why reads fail, malloc'd; NULL when readable */
+    zarr_field *fields;             /* ZK_RECORDS: the fields, malloc'd */
+    int n_fields;
     /* Chunk cache identity (zarr_cache_new_id): the store version and the
      * array; 0 when the array is not of an opened store (no caching). */
     uint64_t cache_store, cache_array;
@@ -140,8 +156,9 @@ int zarr_dir_bytes(zarr_dir *d, uint64_t max_entries, double max_seconds, uint64
 
 /* Reads a selection of the array stored under directory `rel` of the store
  * version's key source src: numeric into out (out_bytes as node_read), strings
- * into sout from a (as node_read_strings; out NULL).  `what` is the node
- * path for details. */
+ * into sout from a (as node_read_strings; out NULL); the records of a
+ * ZK_RECORDS array as their stored bytes into out (itemsize each; a
+ * missing chunk gives zeros).  `what` is the node path for details. */
 int zarr_array_read(const zarr_array *za, zarr_source *src, const char *rel, const char *what,
                     const dim_sel *sel, void *out, size_t out_bytes, arena *a, char **sout,
                     cellar_error *err);

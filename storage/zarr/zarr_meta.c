@@ -17,6 +17,9 @@ void zarr_array_clear(zarr_array *a)
         return;
     free(a->fill_str);
     free(a->unsupported);
+    for (int i = 0; i < a->n_fields; i++)
+        free(a->fields[i].name);
+    free(a->fields);
     memset(a, 0, sizeof *a);
 }
 
@@ -159,14 +162,21 @@ static dtype_kind numeric_kind(char kind, unsigned size)
     }
 }
 
-/* numpy typestr: "<i4", "|b1", ">f8", "|O", "<U12", "|S5". */
+static void parse_v2_records(const json_t *j, zarr_array *a);
+
+/* numpy typestr: "<i4", "|b1", ">f8", "|O", "<U12", "|S5"; or a list of
+ * fields (a structured dtype). */
 static void parse_v2_dtype(const json_t *j, zarr_array *a, int *big_endian)
 {
     const char *s = json_string_value(j);
     a->dtype = DT_NONE;
     *big_endian = 0;
+    if (json_is_array(j)) {
+        parse_v2_records(j, a);
+        return;
+    }
     if (!s) {
-        set_unsupported3(a, "structured dtypes are not supported", NULL, "");
+        set_unsupported3(a, "dtype is neither a string nor a list of fields", NULL, "");
         return;
     }
     size_t len = strlen(s);
@@ -209,6 +219,81 @@ static void parse_v2_dtype(const json_t *j, zarr_array *a, int *big_endian)
     }
     a->kind = ZK_NUMERIC;
     a->itemsize = dtype_size(a->dtype);
+}
+
+/* A structured dtype [[name, typestr], [name, typestr, shape], ...]: its
+ * fields packed in order (numpy's layout of a list of fields).  Fields of
+ * numbers, bools and fixed-length strings are read; subarray and nested
+ * fields are listed with DT_NONE. */
+static void parse_v2_records(const json_t *j, zarr_array *a)
+{
+    size_t n = json_array_size(j), off = 0;
+    if (n == 0 || n > ZARR_MAX_FIELDS) {
+        set_unsupported3(a, "a structured dtype with no or too many fields", NULL, "");
+        return;
+    }
+    a->fields = calloc(n, sizeof *a->fields);
+    if (!a->fields) {
+        set_unsupported3(a, "out of memory", NULL, "");
+        return;
+    }
+    a->n_fields = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *f = json_array_get(j, i);
+        const char *name = json_string_value(json_array_get(f, 0));
+        zarr_array one;
+        memset(&one, 0, sizeof one);
+        int big = 0;
+        size_t nf = json_array_size(f);
+        if (!json_is_array(f) || nf < 2 || nf > 3 || !name || !name[0] || strlen(name) > 1024 ||
+            !json_is_string(json_array_get(f, 1))) {
+            set_unsupported3(a, "a field of the structured dtype is not [name, type]", NULL, "");
+            return;
+        }
+        for (size_t k = 0; k < i; k++)
+            if (strcmp(a->fields[k].name, name) == 0) {
+                set_unsupported3(a, "the structured dtype names field '", name, "' twice");
+                return;
+            }
+        parse_v2_dtype(json_array_get(f, 1), &one, &big);
+        size_t count = 1;
+        const json_t *sub = nf == 3 ? json_array_get(f, 2) : NULL;
+        for (size_t d = 0; sub && d < json_array_size(sub); d++) {
+            json_int_t v = json_integer_value(json_array_get(sub, d));
+            if (!json_is_integer(json_array_get(sub, d)) || v < 0 || v > (1 << 20) ||
+                (v && count > ((size_t)1 << 30) / (size_t)v)) {
+                zarr_array_clear(&one);
+                set_unsupported3(a, "field '", name, "' has a bad shape");
+                return;
+            }
+            count *= (size_t)v;
+        }
+        size_t fsize = one.itemsize * count;
+        zarr_field *zf = &a->fields[i];
+        zf->name = strdup(name);
+        zf->offset = off;
+        zf->itemsize = one.itemsize;
+        zf->kind = one.kind;
+        zf->big_endian = big;
+        /* vlen fields cannot be stored; subarrays are not read */
+        zf->dtype = !one.unsupported && one.kind != ZK_VLEN_UTF8 && one.kind != ZK_VLEN_BYTES &&
+                            one.itemsize && !sub
+                        ? one.dtype
+                        : DT_NONE;
+        int bad = !zf->name || !one.itemsize || one.unsupported;
+        zarr_array_clear(&one);
+        if (!zf->name) {
+            set_unsupported3(a, "out of memory", NULL, "");
+            return;
+        }
+        if (bad || off > ((size_t)1 << 30) - fsize) {
+            set_unsupported3(a, "field '", name, "' of the structured dtype is not supported");
+            return;
+        }
+        off += fsize;
+    }
+    a->kind = ZK_RECORDS;
+    a->itemsize = off;
 }
 
 static void parse_v3_dtype(const json_t *j, zarr_array *a)
@@ -494,7 +579,7 @@ int zarr_array_parse_v2(const json_t *z, zarr_array *a, const char *what, cellar
         rc = cellar_fail(err, CELLAR_EFORMAT, "%s: order must be 'C' or 'F'", what);
         goto done;
     }
-    if (a->dtype != DT_NONE)
+    if (a->dtype != DT_NONE || a->kind == ZK_RECORDS)
         build_v2_chain(json_object_get(z, "filters"), json_object_get(z, "compressor"), a);
     rc = parse_fill(json_object_get(z, "fill_value"), a, what, err);
 done:

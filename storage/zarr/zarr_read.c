@@ -398,7 +398,9 @@ static int put_string(zread *r, const zchunk *c, int64_t src, int64_t dst, cella
 static void put_number(zread *r, const zchunk *c, int64_t src, int64_t dst)
 {
     uint8_t *o = r->out + (size_t)dst * r->es;
-    if (!c)
+    if (!c && r->es > sizeof r->za->fill)
+        memset(o, 0, r->es); /* records: zeros */
+    else if (!c)
         memcpy(o, r->za->fill, r->es);
     else if (r->za->dtype == DT_BOOL)
         *o = c->buf[src] != 0;
@@ -732,7 +734,7 @@ int zarr_array_read(const zarr_array *za, zarr_source *src, const char *rel, con
     r.cshape = za->sharded ? za->inner : za->chunk;
     r.ch = za->sharded ? &za->inner_chain : &za->chain;
     r.out = out;
-    r.es = dtype_size(za->dtype);
+    r.es = za->kind == ZK_RECORDS ? za->itemsize : dtype_size(za->dtype);
     r.a = a;
     r.sout = sout;
     r.scan = 1;

@@ -521,3 +521,14 @@ def write_anndata_07_zarr(path) -> None:
     params = uns.create_group("neighbors").create_group("params")
     _z2(params, "n_neighbors", np.array(15))
     _z2(params, "method", np.array("umap"))
+    # a rec-array as 0.7 wrote them (_to_fixed_length_strings: <U fields),
+    # e.g. scanpy's rank_genes_groups; one field big-endian
+    rec = np.zeros(6, dtype=[("CD4+ T", "<U8"), ("B/plasma", "<U8"), ("score", ">f4"),
+                             ("rank", "<i2"), ("ok", "|b1")])
+    rec["CD4+ T"] = [f"g{i}" for i in range(6)]
+    rec["B/plasma"] = [f"gène{i}" for i in range(6)]
+    rec["score"] = rng.random(6).astype(np.float32)
+    rec["rank"] = np.arange(6)
+    rec["ok"] = np.arange(6) % 2 == 0
+    rgg = uns.create_group("rank_genes_groups")
+    _z2(rgg, "names", rec)

@@ -1068,3 +1068,107 @@ void test_zarr_threads(void)
     }
     rm_tree(dir);
 }
+
+/* A v2 structured dtype (anndata's rec-arrays in zarr v2): packed records
+ * whose fields read as arrays of their own, in chunks (one missing: zeros),
+ * a big-endian field, strings fixed UTF-32 and bytes; bad field lists. */
+void test_zarr_v2_records(void)
+{
+    char *dir = make_tmpdir();
+    put_text(dir, ".zgroup", "{\"zarr_format\": 2}");
+    put_text(dir, "r/.zarray",
+             "{\"zarr_format\":2,\"shape\":[5],\"chunks\":[2],\"dtype\":[[\"name\",\"<U2\"],"
+             "[\"score\",\">f4\"],[\"n\",\"<i2\"],[\"ok\",\"|b1\"],[\"tag\",\"|S3\"],"
+             "[\"vec\",\"<f8\",[2]]],\"compressor\":{\"id\":\"zlib\",\"level\":1},"
+             "\"filters\":null,\"fill_value\":null,\"order\":\"C\"}");
+    enum { REC = 8 + 4 + 2 + 1 + 3 + 16 };
+    uint8_t c0[2 * REC], c2[2 * REC];
+    memset(c0, 0, sizeof c0);
+    memset(c2, 0, sizeof c2);
+    uint8_t *chunks[2] = {c0, c2};
+    int rows[2][2] = {{0, 1}, {4, -1}};
+    for (int c = 0; c < 2; c++)
+        for (int k = 0; k < 2; k++) {
+            int i = rows[c][k];
+            if (i < 0)
+                continue;
+            uint8_t *p = chunks[c] + k * REC;
+            uint32_t u[2] = {'a' + (uint32_t)i, 0x4e2d}; /* "a中" */
+            memcpy(p, u, 8);
+            float f = 0.25f * (float)(i + 1);
+            uint32_t bits;
+            memcpy(&bits, &f, 4);
+            bits = __builtin_bswap32(bits);
+            memcpy(p + 8, &bits, 4);
+            int16_t n = (int16_t)(-i);
+            memcpy(p + 12, &n, 2);
+            p[14] = (uint8_t)(i % 2 ? 7 : 0);
+            memcpy(p + 15, i ? "xy" : "abc", i ? 2 : 3);
+        }
+    bytes z0 = zlib_of(c0, sizeof c0), z2 = zlib_of(c2, sizeof c2);
+    zarr_test_put(dir, "r/0", z0.p, z0.n);
+    zarr_test_put(dir, "r/2", z2.p, z2.n);
+    put_text(dir, "dup/.zarray",
+             "{\"zarr_format\":2,\"shape\":[1],\"chunks\":[1],\"dtype\":[[\"a\",\"<i4\"],"
+             "[\"a\",\"<i4\"]],\"compressor\":null,\"filters\":null,\"fill_value\":null}");
+    put_text(dir, "nest/.zarray",
+             "{\"zarr_format\":2,\"shape\":[1],\"chunks\":[1],\"dtype\":[[\"a\",[[\"b\",\"<i4\"]]]],"
+             "\"compressor\":null,\"filters\":null,\"fill_value\":null}");
+
+    node *root = NULL;
+    cellar_error err;
+    cellar_error_clear(&err);
+    CHECK_EQ(zarr_open(dir, &root, &err), 0);
+    node *r = root ? open_at(root, "r") : NULL;
+    if (r) {
+        const node_info *ri = node_get_info(r);
+        CHECK_EQ(ri->n_fields, 6);
+        CHECK_EQ(ri->dtype, DT_NONE);
+        arena *ar = arena_new();
+        const char **names = NULL;
+        size_t nn = 0;
+        CHECK_EQ(node_children(r, ar, &names, &nn, &err), 0);
+        CHECK_EQ(nn, 6);
+        CHECK_STR_EQ(names[0], "name");
+        CHECK_STR_EQ(names[5], "vec");
+        node *score = open_at(root, "r/score");
+        CHECK_EQ(node_get_info(score)->dtype, DT_FLOAT32);
+        int64_t pick[4] = {4, 0, 2, 1};
+        dim_sel s = {.count = 4, .index = pick};
+        float fv[4] = {0};
+        CHECK_EQ(node_read(score, &s, fv, sizeof fv, &err), 0);
+        CHECK_DBL_EQ(fv[0], 1.25);
+        CHECK_DBL_EQ(fv[1], 0.25);
+        CHECK_DBL_EQ(fv[2], 0.0); /* chunk 1 missing */
+        CHECK_DBL_EQ(fv[3], 0.5);
+        int16_t nv[5];
+        dim_sel all = dim_sel_range(0, 5);
+        CHECK_EQ(node_read(open_at(root, "r/n"), &all, nv, sizeof nv, &err), 0);
+        CHECK_EQ(nv[4], -4);
+        uint8_t ok[5];
+        CHECK_EQ(node_read(open_at(root, "r/ok"), &all, ok, sizeof ok, &err), 0);
+        CHECK_EQ(ok[1], 1);
+        CHECK_EQ(ok[4], 0);
+        char *sv[5] = {0};
+        CHECK_EQ(node_read_strings(open_at(root, "r/name"), &all, ar, sv, &err), 0);
+        CHECK_STR_EQ(sv[4], "e\xe4\xb8\xad");
+        CHECK_STR_EQ(sv[2], "");
+        CHECK_EQ(node_read_strings(open_at(root, "r/tag"), &all, ar, sv, &err), 0);
+        CHECK_STR_EQ(sv[0], "abc");
+        CHECK_STR_EQ(sv[1], "xy");
+        CHECK_EQ(node_get_info(open_at(root, "r/vec"))->dtype, DT_NONE);
+        node *n = NULL;
+        cellar_error_clear(&err);
+        CHECK_EQ(node_child(r, "nope", &n, &err), CELLAR_ENOTFOUND);
+        arena_free(ar);
+    }
+    node *dup = root ? open_at(root, "dup") : NULL;
+    if (dup)
+        CHECK_EQ(node_get_info(dup)->n_fields, 0);
+    node *nest = root ? open_at(root, "nest") : NULL;
+    if (nest)
+        CHECK_EQ(node_get_info(nest)->n_fields, 0);
+    node_tree_free(root);
+    free(z0.p), free(z2.p);
+    rm_tree(dir);
+}
