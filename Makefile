@@ -242,9 +242,9 @@ endif
 BENCH_SCALE    ?= 0.1
 BENCH_DURATION ?= 4
 BENCH_REPEAT   ?= 1
-bench: deps $(BUILD)/cellar
+bench: deps $(BUILD)/cellar $(WEED_BIN)
 	BENCH_SCALE=$(BENCH_SCALE) BENCH_DURATION=$(BENCH_DURATION) BENCH_REPEAT=$(BENCH_REPEAT) \
-	  CELLAR_BIN=$(abspath $(BUILD)/cellar) sh bench/run.sh
+	  CELLAR_BIN=$(abspath $(BUILD)/cellar) CELLAR_WEED=$(WEED_BIN) sh bench/run.sh
 
 # The README's two commands on a fresh Debian 12 (tests/fresh_check.sh): a
 # minimal bookworm made by mmdebstrap, this repository's HEAD cloned into it,

@@ -104,6 +104,8 @@ int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--probe") == 0)
         probe_child_main(argv[2]); /* does not return */
+    if (argc == 3 && strcmp(argv[1], "--probe-reader") == 0)
+        probe_child_main_reader(argv[2]); /* does not return */
     if (argc >= 2 && strcmp(argv[1], "--healthcheck") == 0)
         return healthcheck_main(argc - 2, argv + 2);
     server_config cfg;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -128,11 +129,79 @@ void probe_child_main(const char *path)
     _exit(0);
 }
 
+/* The child's reads of a file the parent reads for it (a remote object):
+ * on fd PROBE_READ_FD it sends the offset and length (two little-endian
+ * u64) and gets one status byte (0: the bytes follow) and the bytes. */
+#define PROBE_READ_FD 3
+#define PROBE_READ_MAX ((uint64_t)64 << 20)
+
+static int full_io(int fd, void *p, size_t n, int writing)
+{
+    char *c = p;
+    while (n) {
+        ssize_t k = writing ? write(fd, c, n) : read(fd, c, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int child_read_remote(void *ctx, uint64_t off, size_t n, void *buf, cellar_error *err)
+{
+    (void)ctx;
+    uint64_t q[2] = {off, (uint64_t)n};
+    unsigned char status = 1;
+    if (full_io(PROBE_READ_FD, q, sizeof q, 1) || full_io(PROBE_READ_FD, &status, 1, 0) ||
+        status != 0 || full_io(PROBE_READ_FD, buf, n, 0))
+        return cellar_fail(err, CELLAR_EIO, "the server could not read the file for the probe");
+    return 0;
+}
+
+void probe_child_main_reader(const char *size_text)
+{
+    h5_library_init();
+    char *end = NULL;
+    unsigned long long size = strtoull(size_text, &end, 10);
+    h5_reader rd = {.ctx = NULL, .size = size, .read = child_read_remote};
+    h5_probe_limits lim = H5_PROBE_DEFAULT_LIMITS;
+    h5_probe_report rep;
+    cellar_error err;
+    cellar_error_clear(&err);
+    int rc = end && !*end ? h5_probe_reader(&rd, "the remote file", &lim, &rep, &err)
+                          : cellar_fail(&err, CELLAR_EINVAL, "bad size");
+    if (rc == CELLAR_ENOMEM) {
+        printf(VERDICT_TAG "nomem\n");
+    } else {
+        for (char *c = err.detail; *c; c++)
+            if (*c == '\n' || *c == '\r')
+                *c = ' ';
+        printf(VERDICT_TAG "%s 0 0 %llu 0 0", rc ? "fail" : "ok", size);
+        if (rc)
+            printf(" %s\n", err.detail);
+        else
+            printf(" %llu %llu %llu %llu %llu %llu %llu %d\n", (unsigned long long)rep.groups,
+                   (unsigned long long)rep.datasets, (unsigned long long)rep.attributes,
+                   (unsigned long long)rep.strings_read, (unsigned long long)rep.bytes_read,
+                   (unsigned long long)rep.chunk_lookups, (unsigned long long)rep.broken,
+                   rep.over_limit);
+    }
+    fflush(stdout);
+    _exit(0);
+}
+
 /* --------------------------------------------------------- the parent */
 
 typedef struct child_run {
     pid_t pid;
     int out_fd;
+    int read_fd;            /* the parent's end of the reads of rd; -1 */
+    const probe_reader *rd;
+    int read_failed;        /* a read of rd failed: the child was stopped */
+    cellar_error read_err;
     char output[OUTPUT_MAX + 1];
     size_t output_len;
     int killed_timeout, killed_memory, killed_stop;
@@ -182,13 +251,24 @@ static void probe_environment_free(char **env, char *owned)
 }
 #endif
 
-/* Starts `<this binary> --probe path` with its limits; -1 when it cannot. */
-static int child_start(const probe_runner_config *cfg, const char *path, child_run *c)
+/* Starts `<this binary> --probe path` (or `--probe-reader SIZE` with the
+ * reads of rd on fd 3) with its limits; -1 when it cannot. */
+static int child_start(const probe_runner_config *cfg, const char *path, const probe_reader *rd,
+                       child_run *c)
 {
-    int fds[2];
+    int fds[2], sv[2] = {-1, -1};
     if (pipe2(fds, O_CLOEXEC) != 0)
         return -1;
-    char *argv[] = {"cellar", "--probe", (char *)path, NULL};
+    if (rd && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    char size_text[32];
+    snprintf(size_text, sizeof size_text, "%llu", rd ? (unsigned long long)rd->size : 0ull);
+    char *argv_file[] = {"cellar", "--probe", (char *)path, NULL};
+    char *argv_reader[] = {"cellar", "--probe-reader", size_text, NULL};
+    char **argv = rd ? argv_reader : argv_file;
     rlim_t cpu = (rlim_t)ceil(cfg->timeout_seconds) + 1;
     struct rlimit cpu_limit = {cpu, cpu + 1}, no_core = {0, 0};
     sigset_t none;
@@ -205,6 +285,10 @@ static int child_start(const probe_runner_config *cfg, const char *path, child_r
     if (pid < 0) {
         close(fds[0]);
         close(fds[1]);
+        if (rd) {
+            close(sv[0]);
+            close(sv[1]);
+        }
         return -1;
     }
     if (pid == 0) {
@@ -214,7 +298,9 @@ static int child_start(const probe_runner_config *cfg, const char *path, child_r
             dup2(null_fd, 0);
         dup2(fds[1], 1);
         dup2(fds[1], 2);
-        close_range(3, ~0u, 0);
+        if (rd)
+            dup2(sv[1], PROBE_READ_FD);
+        close_range(rd ? PROBE_READ_FD + 1 : 3, ~0u, 0);
         setrlimit(RLIMIT_CPU, &cpu_limit);
         setrlimit(RLIMIT_CORE, &no_core);
         sigprocmask(SIG_SETMASK, &none, NULL);
@@ -229,7 +315,43 @@ static int child_start(const probe_runner_config *cfg, const char *path, child_r
     memset(c, 0, sizeof *c);
     c->pid = pid;
     c->out_fd = fds[0];
+    c->read_fd = -1;
+    if (rd) {
+        close(sv[1]);
+        c->read_fd = sv[0];
+        c->rd = rd;
+    }
     return 0;
+}
+
+/* Answers one read the child asks for; -1 when the child is to be
+ * stopped (its request is out of bounds, or the read failed: the verdict
+ * is then that failure, not the file's). */
+static int serve_read(child_run *c)
+{
+    uint64_t q[2];
+    if (full_io(c->read_fd, q, sizeof q, 0) != 0)
+        return -1;
+    uint64_t off = q[0], n = q[1];
+    unsigned char status = 1;
+    if (n > PROBE_READ_MAX || off > c->rd->size || n > c->rd->size - off) {
+        full_io(c->read_fd, &status, 1, 1);
+        return 0; /* the child reports a read it should not have made */
+    }
+    void *buf = malloc(n ? (size_t)n : 1);
+    cellar_error_clear(&c->read_err);
+    int rc = buf ? c->rd->read(c->rd->ctx, off, (size_t)n, buf, &c->read_err)
+                 : cellar_fail(&c->read_err, CELLAR_ENOMEM, "out of memory");
+    if (rc) {
+        c->read_err.code = rc;
+        c->read_failed = 1;
+        free(buf);
+        return -1;
+    }
+    status = 0;
+    int w = full_io(c->read_fd, &status, 1, 1) || full_io(c->read_fd, buf, (size_t)n, 1);
+    free(buf);
+    return w ? -1 : 0;
 }
 
 static uint64_t child_resident_bytes(pid_t pid)
@@ -289,11 +411,21 @@ static void child_wait(probe_runner *p, child_run *c, double started)
             nanosleep(&pause, NULL);
             continue;
         }
-        struct pollfd pfd = {c->out_fd, POLLIN, 0};
-        if (poll(&pfd, 1, WATCH_MS) > 0)
-            eof = child_read(c);
+        struct pollfd pfd[2] = {{c->out_fd, POLLIN, 0}, {c->read_fd, POLLIN, 0}};
+        if (poll(pfd, c->read_fd >= 0 ? 2 : 1, WATCH_MS) > 0) {
+            if (pfd[0].revents)
+                eof = child_read(c);
+            if (c->read_fd >= 0 && (pfd[1].revents & (POLLIN | POLLHUP)) && serve_read(c) != 0) {
+                close(c->read_fd);
+                c->read_fd = -1;
+                if (c->read_failed && !c->killed_stop)
+                    kill(c->pid, SIGKILL);
+            }
+        }
     }
     close(c->out_fd);
+    if (c->read_fd >= 0)
+        close(c->read_fd);
 }
 
 static void set_id(probe_file_id *id, unsigned long long dev, unsigned long long ino,
@@ -358,6 +490,10 @@ static void judge(const probe_runner_config *cfg, const child_run *c, probe_verd
     if (c->killed_stop) {
         v->outcome = PROBE_NOT_RUN;
         snprintf(v->detail, sizeof v->detail, "the server is shutting down");
+    } else if (c->read_failed) {
+        v->outcome = PROBE_NOT_RUN;
+        v->code = c->read_err.code;
+        snprintf(v->detail, sizeof v->detail, "%s", c->read_err.detail);
     } else if (c->killed_timeout) {
         v->outcome = PROBE_TIMED_OUT;
         snprintf(v->detail, sizeof v->detail, "reading its metadata took longer than %g s",
@@ -385,7 +521,8 @@ static void judge(const probe_runner_config *cfg, const child_run *c, probe_verd
     }
 }
 
-static void run_child(probe_runner *p, const char *path, probe_verdict *v)
+static void run_child(probe_runner *p, const char *path, const probe_reader *rd,
+                      probe_verdict *v)
 {
     double started = now_seconds();
     if (atomic_load(&p->stopping)) {
@@ -394,7 +531,7 @@ static void run_child(probe_runner *p, const char *path, probe_verdict *v)
         return;
     }
     child_run *c = calloc(1, sizeof *c);
-    if (!c || child_start(&p->cfg, path, c) != 0) {
+    if (!c || child_start(&p->cfg, path, rd, c) != 0) {
         v->outcome = PROBE_NOT_RUN;
         snprintf(v->detail, sizeof v->detail, "cannot start a probe process (%s); retry",
                  strerror(errno));
@@ -407,7 +544,7 @@ static void run_child(probe_runner *p, const char *path, probe_verdict *v)
     free(c);
 }
 
-void probe_runner_run(void *ctx, const char *path, probe_verdict *out)
+void probe_runner_run(void *ctx, const char *path, const probe_reader *rd, probe_verdict *out)
 {
     probe_runner *p = ctx;
     pthread_mutex_lock(&p->lock);
@@ -415,7 +552,7 @@ void probe_runner_run(void *ctx, const char *path, probe_verdict *out)
         pthread_cond_wait(&p->slot_free, &p->lock);
     p->running++;
     pthread_mutex_unlock(&p->lock);
-    run_child(p, path, out);
+    run_child(p, path, rd, out);
     pthread_mutex_lock(&p->lock);
     p->running--;
     pthread_cond_signal(&p->slot_free);

@@ -32,7 +32,7 @@ void probe_runner_free(probe_runner *p);
 /* probe_run_fn (storage/probe_cache.h): runs one probe of path, at most
  * cfg->concurrency at once (later ones wait), and waits for its verdict.
  * ctx is the probe_runner. */
-void probe_runner_run(void *ctx, const char *path, probe_verdict *out);
+void probe_runner_run(void *ctx, const char *path, const probe_reader *rd, probe_verdict *out);
 
 /* Shutting down (ctx: the probe_runner): probes running are killed now
  * and later ones are not started (PROBE_NOT_RUN), so draining requests
@@ -42,5 +42,10 @@ void probe_runner_stop(void *ctx);
 /* The child's side: walks path, prints one verdict line on stdout and
  * exits (never returns).  main() calls it for `cellar --probe FILE`. */
 void probe_child_main(const char *path);
+
+/* The child's side for a file the parent reads for it (`cellar
+ * --probe-reader SIZE`, the reads on fd 3): walks it through
+ * h5_open_reader, prints the verdict line and exits. */
+void probe_child_main_reader(const char *size_text);
 
 #endif

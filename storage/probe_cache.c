@@ -13,6 +13,9 @@ typedef struct probe_entry {
     probe_file_id id;
     int done;                 /* verdict in; else a probe is running */
     int transient;            /* PROBE_NOT_RUN: for the caller that started it only */
+    int has_reader;
+    probe_reader rd;          /* a file read through the server (owned) */
+    int code;                 /* PROBE_NOT_RUN: what to answer */
     probe_outcome outcome;
     char detail[CELLAR_ERROR_DETAIL_MAX];
 } probe_entry;
@@ -73,6 +76,8 @@ void probe_cache_set_submit(probe_cache *pc, probe_submit_fn submit, void *ctx)
 
 static void entry_free(probe_entry *e)
 {
+    if (e->has_reader && e->rd.free)
+        e->rd.free(e->rd.ctx);
     free(e->path);
     free(e->name);
     free(e);
@@ -134,13 +139,14 @@ static void trim_locked(probe_cache *pc)
 }
 
 /* The answer for a finished verdict. */
-static int answer(const char *name, probe_outcome outcome, const char *detail,
+static int answer(const char *name, probe_outcome outcome, int code, const char *detail,
                   cellar_error *err)
 {
     switch (outcome) {
     case PROBE_OK: return 0;
     case PROBE_UNREADABLE: return cellar_fail(err, CELLAR_EFORMAT, "%s", detail);
-    case PROBE_NOT_RUN: return cellar_fail(err, CELLAR_EUNAVAILABLE, "%s", detail);
+    case PROBE_NOT_RUN:
+        return cellar_fail(err, code ? code : CELLAR_EUNAVAILABLE, "%s", detail);
     default:
         return cellar_fail(err, CELLAR_EFORMAT, "store '%s' could not be read safely: %s", name,
                            detail);
@@ -153,9 +159,10 @@ static void probe_entry_run(probe_cache *pc, probe_entry *e)
 {
     probe_verdict v;
     memset(&v, 0, sizeof v);
-    pc->run(pc->run_ctx, e->path, &v);
+    pc->run(pc->run_ctx, e->path, e->has_reader ? &e->rd : NULL, &v);
     int walked = v.outcome == PROBE_OK || v.outcome == PROBE_UNREADABLE;
-    if (walked && !id_equal(&v.walked, &e->id)) {
+    /* A file read through the server is the version the server reads. */
+    if (walked && !e->has_reader && !id_equal(&v.walked, &e->id)) {
         v.outcome = PROBE_NOT_RUN;
         snprintf(v.detail, sizeof v.detail,
                  "store '%s' changed on disk while it was checked; retry", e->name);
@@ -170,6 +177,7 @@ static void probe_entry_run(probe_cache *pc, probe_entry *e)
     if (v.seconds > pc->stats.seconds_max)
         pc->stats.seconds_max = v.seconds;
     e->outcome = v.outcome;
+    e->code = v.outcome == PROBE_NOT_RUN ? v.code : 0;
     snprintf(e->detail, sizeof e->detail, "%s", v.detail);
     e->done = 1;
     if (v.outcome == PROBE_NOT_RUN)
@@ -229,8 +237,29 @@ static struct timespec deadline_after(double seconds)
     return t;
 }
 
+static int check(probe_cache *pc, const char *name, const char *path, const probe_file_id *id,
+                 probe_reader *rd, cellar_error *err);
+
 int probe_cache_check(probe_cache *pc, const char *name, const char *path,
                       const probe_file_id *id, cellar_error *err)
+{
+    return probe_cache_check_reader(pc, name, path, id, NULL, err);
+}
+
+int probe_cache_check_reader(probe_cache *pc, const char *name, const char *path,
+                             const probe_file_id *id, const probe_reader *rd,
+                             cellar_error *err)
+{
+    probe_reader owned = rd ? *rd : (probe_reader){0};
+    int rc = check(pc, name, path, id, rd ? &owned : NULL, err);
+    if (rd && owned.free) /* not handed to an entry */
+        owned.free(owned.ctx);
+    return rc;
+}
+
+/* probe_cache_check_reader; *rd is cleared once an entry took it over. */
+static int check(probe_cache *pc, const char *name, const char *path, const probe_file_id *id,
+                 probe_reader *rd, cellar_error *err)
 {
     char detail[CELLAR_ERROR_DETAIL_MAX];
     struct timespec until = deadline_after(pc->wait_seconds);
@@ -245,13 +274,14 @@ int probe_cache_check(probe_cache *pc, const char *name, const char *path,
         }
         if (e && e->done) {
             probe_outcome outcome = e->outcome;
+            int code = e->code;
             snprintf(detail, sizeof detail, "%s", e->detail);
             if (e->transient) {
                 unlink_locked(pc, e);
                 entry_free(e);
             }
             pthread_mutex_unlock(&pc->lock);
-            return answer(name, outcome, detail, err);
+            return answer(name, outcome, code, detail, err);
         }
         if (e) {
             if (pthread_cond_timedwait(&pc->verdict_in, &pc->lock, &until) != 0 &&
@@ -277,6 +307,11 @@ int probe_cache_check(probe_cache *pc, const char *name, const char *path,
             return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
         }
         e->id = *id;
+        if (rd) {
+            e->rd = *rd;
+            e->has_reader = 1;
+            *rd = (probe_reader){0};
+        }
         e->next = pc->entries;
         pc->entries = e;
         pc->count++;

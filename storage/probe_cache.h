@@ -36,14 +36,27 @@ const char *probe_outcome_name(probe_outcome o);
 
 typedef struct probe_verdict {
     probe_outcome outcome;
+    int code;             /* PROBE_NOT_RUN: the error to answer (0: CELLAR_EUNAVAILABLE) */
     char detail[CELLAR_ERROR_DETAIL_MAX]; /* why, when not ok */
     probe_file_id walked; /* what the probe saw (OK, UNREADABLE); else zero */
     double seconds;       /* how long it took */
 } probe_verdict;
 
-/* Probes the file at path (a canonical path inside the root) and fills
- * *out.  Blocks until the verdict is in. */
-typedef void (*probe_run_fn)(void *ctx, const char *path, probe_verdict *out);
+/* A file version the probe reads through the serving process rather than
+ * from a path (a remote object): read fills [off, off + n) of its size
+ * bytes (0, or a cellar code with err filled); free releases ctx. */
+typedef struct probe_reader {
+    void *ctx;
+    uint64_t size;
+    int (*read)(void *ctx, uint64_t off, size_t n, void *buf, cellar_error *err);
+    void (*free)(void *ctx);
+} probe_reader;
+
+/* Probes the file at path (a canonical path inside the root), or the one
+ * rd reads when rd is not NULL (path then only names it), and fills *out.
+ * Blocks until the verdict is in. */
+typedef void (*probe_run_fn)(void *ctx, const char *path, const probe_reader *rd,
+                             probe_verdict *out);
 
 /* Runs fn(arg) on a background worker; 0 when accepted (fn then runs
  * exactly once), nonzero when refused. */
@@ -77,6 +90,15 @@ void probe_cache_free(probe_cache *pc);
  * when the file changed while probed (not remembered). */
 int probe_cache_check(probe_cache *pc, const char *name, const char *path,
                       const probe_file_id *id, cellar_error *err);
+
+/* probe_cache_check of the version id of a file read through rd (taken
+ * over: freed with its verdict, or at once when a probe of the version
+ * ran or runs already); path is the version's name in the cache.  A
+ * probe that could not read (a remote failing) answers that failure,
+ * not remembered. */
+int probe_cache_check_reader(probe_cache *pc, const char *name, const char *path,
+                             const probe_file_id *id, const probe_reader *rd,
+                             cellar_error *err);
 
 typedef struct probe_stats {
     uint64_t outcomes[PROBE_OUTCOMES]; /* probes run, by outcome */

@@ -70,6 +70,7 @@ struct store {
     store_backend backend;
     store_kind kind;
     node *root;
+    remote_object *remote_obj; /* a remote HDF5 file: what its tree reads */
     file_identity id;
     char etag[128];
     char cache_tag[192]; /* store_cache_tag */
@@ -309,6 +310,8 @@ static int identity_equal(const file_identity *a, const file_identity *b)
  * place changes the file's own identity instead. */
 static int store_files_changed(const store *s)
 {
+    if (s->remote_obj)
+        return remote_object_changed(s->remote_obj) != 0;
     return s->backend == BACKEND_ZARR && s->root && zarr_changed_since_open(s->root) != 0;
 }
 
@@ -397,6 +400,7 @@ static void store_free(store *s)
         d = next;
     }
     node_tree_free(s->root);
+    remote_object_free(s->remote_obj);
     pthread_mutex_destroy(&s->derived_lock);
     pthread_cond_destroy(&s->derived_cond);
     free(s->name);
@@ -464,16 +468,51 @@ static void store_name_cache_tag(store *s)
              s->etag + 1, (unsigned long)s->id.dev, (unsigned long)s->id.ino);
 }
 
+static int remote_zip_read(void *ctx, uint64_t off, size_t n, void *buf, cellar_error *err)
+{
+    return remote_object_read(ctx, off, n, buf, err);
+}
+
+static int64_t remote_zip_changed(void *ctx)
+{
+    return remote_object_changed(ctx);
+}
+
+static void remote_zip_close(void *ctx)
+{
+    remote_object_free(ctx);
+}
+
 /* A remote store's tree, from the identity remote_roots_identity gave
- * last: zarr directory stores through a remote key source. */
+ * last: zarr directory stores through a remote key source, zips by
+ * ranged reads of their object. */
 static int open_remote(registry *r, store *s, cellar_error *err)
 {
-    if (s->backend != BACKEND_ZARR || zip_store_name(s->name))
-        return cellar_fail(err, CELLAR_EFORMAT,
-                           "remote store '%s': only zarr directory stores are read remotely",
-                           s->name);
     zarr_source *src = NULL;
-    int rc = remote_roots_open_zarr(r->cfg.remote, s->name, &src, err);
+    int rc;
+    if (s->backend == BACKEND_ZARR && zip_store_name(s->name)) {
+        remote_object *o = NULL;
+        rc = remote_roots_open_object(r->cfg.remote, s->name, &o, err);
+        if (rc)
+            return rc;
+        zip_reader rd = {.ctx = o,
+                         .size = remote_object_size(o),
+                         .mtime = s->id.mtime,
+                         .read = remote_zip_read,
+                         .changed = remote_zip_changed,
+                         .close = remote_zip_close};
+        rc = zip_store_open_reader(&rd, &src, err);
+    } else if (s->backend == BACKEND_ZARR) {
+        rc = remote_roots_open_zarr(r->cfg.remote, s->name, &src, err);
+    } else {
+        rc = remote_roots_open_object(r->cfg.remote, s->name, &s->remote_obj, err);
+        if (rc)
+            return rc;
+        h5_reader rd = {.ctx = s->remote_obj,
+                        .size = remote_object_size(s->remote_obj),
+                        .read = remote_zip_read};
+        return h5_open_reader(&rd, s->name, &s->root, err);
+    }
     return rc ? rc : zarr_open_source(src, s->name, &s->root, err);
 }
 
@@ -780,6 +819,26 @@ static store *take_unchanged(registry *r, const char *name)
     return cur;
 }
 
+/* Walks a remote HDF5 file version in a probe process before libhdf5
+ * sees it here, as a local one (its bytes read by this process for the
+ * probe, through the remote byte cache the open then reads from too). */
+static int probe_remote(registry *r, const char *name, const file_identity *id,
+                        cellar_error *err)
+{
+    remote_object *o = NULL;
+    int rc = remote_roots_open_object(r->cfg.remote, name, &o, err);
+    if (rc)
+        return rc;
+    probe_reader rd = {.ctx = o,
+                       .size = remote_object_size(o),
+                       .read = remote_zip_read,
+                       .free = remote_zip_close};
+    probe_file_id pid = {0, (uint64_t)id->ino, (uint64_t)id->size, (int64_t)id->mtime.tv_sec, 0};
+    char key[1100];
+    snprintf(key, sizeof key, "remote:%s", name);
+    return probe_cache_check_reader(r->cfg.probes, name, key, &pid, &rd, err);
+}
+
 /* registry_get of a remote store: its identity (kept for
  * --remote-recheck-seconds, fetched again at once when the version in use
  * saw an object change under it), then the version of that identity. */
@@ -813,6 +872,11 @@ static int get_remote(registry *r, const char *name, store **out, cellar_error *
     free_victims(victims, n_victims);
     if (*out)
         return 0;
+    if (backend_of(name) == BACKEND_HDF5 && r->cfg.probes) {
+        rc = probe_remote(r, name, &id, err);
+        if (rc)
+            return rc;
+    }
     pthread_mutex_lock(&r->remote_open_lock);
     rc = open_and_install(r, name, rid.url, &id, out, err);
     pthread_mutex_unlock(&r->remote_open_lock);

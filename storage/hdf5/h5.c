@@ -32,6 +32,7 @@
 #include "storage/hdf5/h5_direct.h"
 #include "storage/hdf5/h5_impl.h"
 #include "storage/hdf5/h5_stream.h"
+#include "storage/hdf5/h5_vfd.h"
 #include "storage/node_impl.h"
 
 /* Attributes bigger than this are skipped rather than read at open. */
@@ -118,6 +119,7 @@ static _Thread_local int h5_thread_quiet;
 
 void h5_quiet(void)
 {
+    h5_vfd_clear_error();
     if (!h5_thread_quiet) {
         H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
         h5_thread_quiet = 1;
@@ -153,6 +155,13 @@ int h5_fail(cellar_error *err, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    /* A reader's failure under libhdf5 (a remote that is down, slow or
+     * changed) is that failure, not a damaged file. */
+    cellar_error vfd;
+    cellar_error_clear(&vfd);
+    int vrc = h5_vfd_take_error(&vfd);
+    if (vrc)
+        return cellar_fail(err, vrc, "%s: %s", msg, vfd.detail);
     h5_err_walk w = {0};
     H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_err_walk_cb, &w);
     if (w.found)
@@ -2082,6 +2091,7 @@ void h5_library_init(void)
     if (direct && strcmp(direct, "0") == 0)
         h5_set_direct_reads(0);
     H5open();
+    h5_vfd_init();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     h5_thread_quiet = 1;
 }
@@ -2129,6 +2139,9 @@ static const char *base_name(const char *path)
     return slash && slash[1] ? slash + 1 : path;
 }
 
+static int open_tree_with(const char *path, const char *bn, hid_t fapl, hsize_t size,
+                          node **root, cellar_error *err);
+
 static int open_file_tree(const char *path, node **root, cellar_error *err)
 {
     h5_quiet();
@@ -2161,6 +2174,15 @@ static int open_file_tree(const char *path, node **root, cellar_error *err)
     hid_t fapl = h5_file_access_props();
     if (fapl < 0)
         return h5_fail(err, CELLAR_EINTERNAL, "cannot set up access to '%s'", bn);
+    return open_tree_with(path, bn, fapl, (hsize_t)st.st_size, root, err);
+}
+
+/* The tree of the file libhdf5 opens at path with fapl (closed here);
+ * size: the file's size when opened from a local file (its rewrite
+ * check), 0 for a reader. */
+static int open_tree_with(const char *path, const char *bn, hid_t fapl, hsize_t size,
+                          node **root, cellar_error *err)
+{
     hid_t file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (file < 0) {
         int rc = h5_fail(err, CELLAR_EFORMAT, "'%s': truncated or corrupt HDF5 file", bn);
@@ -2172,8 +2194,8 @@ static int open_file_tree(const char *path, node **root, cellar_error *err)
      * included: if an older tree of this inode is still open and the file
      * was rewritten in place since, this open would see stale metadata. */
     hsize_t eof = 0;
-    if (H5Fget_obj_count(file, H5F_OBJ_FILE) > 1 &&
-        (H5Fget_filesize(file, &eof) < 0 || eof != (hsize_t)st.st_size)) {
+    if (size && H5Fget_obj_count(file, H5F_OBJ_FILE) > 1 &&
+        (H5Fget_filesize(file, &eof) < 0 || eof != size)) {
         H5Fclose(file);
         return cellar_fail(err, CELLAR_EUNAVAILABLE,
                            "'%s' was rewritten in place while an older version is still open; "
@@ -2190,6 +2212,8 @@ static int open_file_tree(const char *path, node **root, cellar_error *err)
     if (rc)
         return rc;
     h5_node *rh = (*root)->impl;
+    if (!size) /* a reader's file: no path to stream strings from */
+        return 0;
     rh->file_path = strdup(path);
     if (!rh->file_path) {
         node_tree_free(*root);
@@ -2198,6 +2222,19 @@ static int open_file_tree(const char *path, node **root, cellar_error *err)
     }
     direct_file_open(rh);
     return 0;
+}
+
+int h5_open_reader(const h5_reader *rd, const char *what, node **root, cellar_error *err)
+{
+    int slot = node_locked_call_enter();
+    h5_quiet();
+    *root = NULL;
+    h5_vfd_reader vr = {rd->ctx, rd->size, rd->read};
+    hid_t fapl = h5_vfd_fapl(&vr);
+    int rc = fapl < 0 ? h5_fail(err, CELLAR_EINTERNAL, "cannot set up access to '%s'", what)
+                      : open_tree_with(what, what, fapl, 0, root, err);
+    node_locked_call_leave(slot);
+    return rc;
 }
 
 int h5_open(const char *path, node **root, cellar_error *err)

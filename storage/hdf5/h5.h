@@ -12,6 +12,9 @@
 #ifndef CELLAR_H5_H
 #define CELLAR_H5_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "common/error.h"
 #include "storage/node.h"
 
@@ -39,6 +42,23 @@ void h5_library_init(void);
  * is not HDF5 or is truncated/corrupt, CELLAR_EIO when it cannot be read,
  * CELLAR_EUNAVAILABLE as above, CELLAR_ENOMEM. */
 int h5_open(const char *path, node **root, cellar_error *err);
+
+/* A file read by ranges through callbacks rather than from a local path
+ * (a remote object: storage/remote/remote_store.h).  read fills [off, off
+ * + n) (within size) and returns 0, or a cellar code with err filled: a
+ * libhdf5 call that fails on such a read fails with that code and detail
+ * (a 502, 504 or change), not as a damaged file. */
+typedef struct h5_reader {
+    void *ctx;
+    uint64_t size;
+    int (*read)(void *ctx, uint64_t off, size_t n, void *buf, cellar_error *err);
+} h5_reader;
+
+/* Opens the HDF5 file rd reads, as h5_open does a path (through a virtual
+ * file driver of ours over rd: storage/hdf5/h5_vfd.h); what names it in
+ * details.  rd's ctx must outlive the tree.  Every read goes through
+ * libhdf5 (no direct reads: they need a descriptor). */
+int h5_open_reader(const h5_reader *rd, const char *what, node **root, cellar_error *err);
 
 /* Direct reads (storage/hdf5/h5_direct.h): numeric and bool datasets that are
  * contiguous, or chunked with only deflate, shuffle and fletcher32, are read

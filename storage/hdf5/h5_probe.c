@@ -242,14 +242,32 @@ static int walk_group(walk *w, node *g, cellar_error *err)
     return walk_children(w, g, err);
 }
 
+static int walk_tree(node *root, const char *path, const h5_probe_limits *lim,
+                     h5_probe_report *rep, cellar_error *err);
+
 int h5_probe_file(const char *path, const h5_probe_limits *lim, h5_probe_report *rep,
                   cellar_error *err)
 {
     memset(rep, 0, sizeof *rep);
     node *root = NULL;
     int rc = h5_open(path, &root, err);
-    if (rc)
-        return rc;
+    return rc ? rc : walk_tree(root, path, lim, rep, err);
+}
+
+int h5_probe_reader(const h5_reader *rd, const char *what, const h5_probe_limits *lim,
+                    h5_probe_report *rep, cellar_error *err)
+{
+    memset(rep, 0, sizeof *rep);
+    node *root = NULL;
+    int rc = h5_open_reader(rd, what, &root, err);
+    return rc ? rc : walk_tree(root, what, lim, rep, err);
+}
+
+/* The walk of an opened file's tree (freed here). */
+static int walk_tree(node *root, const char *path, const h5_probe_limits *lim,
+                     h5_probe_report *rep, cellar_error *err)
+{
+    int rc = 0;
     walk w = {.lim = lim, .rep = rep};
     rep->attributes = json_object_size(node_attrs(root));
     uint64_t addr = 0;

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "storage/hdf5/h5.h"
 
 /* Bounds of one walk, so that a valid but huge file is walked in bounded
  * time: past a bound the walk goes on without reading more of that kind
@@ -57,5 +58,10 @@ typedef struct h5_probe_report {
  * CELLAR_ENOMEM. */
 int h5_probe_file(const char *path, const h5_probe_limits *lim, h5_probe_report *rep,
                   cellar_error *err);
+
+/* h5_probe_file of the file rd reads (storage/hdf5/h5.h, h5_open_reader);
+ * what names it. */
+int h5_probe_reader(const h5_reader *rd, const char *what, const h5_probe_limits *lim,
+                    h5_probe_report *rep, cellar_error *err);
 
 #endif

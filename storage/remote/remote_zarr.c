@@ -14,6 +14,10 @@
 #define HTTP_PREFIX_BYTES ((size_t)1 << 20)
 /* Largest single ranged GET. */
 #define RANGE_MAX_BYTES ((size_t)256 << 20)
+/* Remote objects (HDF5 files, zips) are read and cached in aligned blocks
+ * of this size, so the many small reads of their metadata cost a few
+ * GETs, and a read's missing blocks are fetched in one. */
+#define OBJECT_BLOCK ((uint64_t)256 << 10)
 
 typedef struct rzarr {
     zarr_source base;
@@ -387,13 +391,74 @@ uint64_t remote_object_size(const remote_object *o)
     return o->size;
 }
 
+/* Block [b * OBJECT_BLOCK, ...) of o, at most OBJECT_BLOCK bytes. */
+static size_t block_len(const remote_object *o, uint64_t b)
+{
+    uint64_t start = b * OBJECT_BLOCK;
+    return (size_t)(o->size - start < OBJECT_BLOCK ? o->size - start : OBJECT_BLOCK);
+}
+
+/* Fetches blocks [first, last] of o in one ranged GET (adjacent blocks a
+ * read needs are coalesced) and keeps each in the cache; the bytes of
+ * [off, off + n) among them go to buf. */
+static int fetch_blocks(remote_object *o, uint64_t first, uint64_t last, uint64_t off, size_t n,
+                        uint8_t *buf, const char *id, cellar_error *err)
+{
+    uint64_t start = first * OBJECT_BLOCK;
+    uint64_t end = last * OBJECT_BLOCK + block_len(o, last);
+    size_t len = (size_t)(end - start);
+    uint8_t *tmp = malloc(len);
+    if (!tmp)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading a remote file");
+    /* One GET through a cache id the blocks are not kept under. */
+    int rc = ranged_read(o->client, NULL, o->loc.url, o->loc.s3, o->etag, o->version, o->size,
+                         start, len, tmp, &o->changed, "the remote file", err);
+    if (!rc) {
+        for (uint64_t b = first; b <= last; b++)
+            remote_cache_put(o->cache, id, b * OBJECT_BLOCK, tmp + (b - first) * OBJECT_BLOCK,
+                             block_len(o, b));
+        uint64_t a = off > start ? off : start, z = off + n < end ? off + n : end;
+        if (z > a)
+            memcpy(buf + (a - off), tmp + (a - start), (size_t)(z - a));
+    }
+    free(tmp);
+    return rc;
+}
+
 int remote_object_read(remote_object *o, uint64_t off, size_t n, void *buf, cellar_error *err)
 {
     if (off > o->size || n > o->size - off)
         return cellar_fail(err, CELLAR_EFORMAT, "a read past the end of remote %.300s",
                            o->loc.url);
-    return ranged_read(o->client, o->cache, o->loc.url, o->loc.s3, o->etag, o->version, o->size,
-                       off, n, buf, &o->changed, "the remote file", err);
+    if (!n)
+        return 0;
+    if (n > RANGE_MAX_BYTES)
+        return cellar_fail(err, CELLAR_EFORMAT, "a read of %zu bytes of a remote file is over "
+                                                "the limit", n);
+    char id[2900];
+    cache_id(o->loc.url, o->etag, o->version, id, sizeof id);
+    uint8_t *out = buf;
+    uint64_t first = off / OBJECT_BLOCK, last = (off + n - 1) / OBJECT_BLOCK;
+    uint64_t run = UINT64_MAX; /* the first block of a run of missing ones */
+    for (uint64_t b = first; b <= last + 1; b++) {
+        int have = 0;
+        if (b <= last) {
+            uint64_t bs = b * OBJECT_BLOCK;
+            size_t bl = block_len(o, b);
+            uint64_t a = off > bs ? off : bs, z = off + n < bs + bl ? off + n : bs + bl;
+            have = remote_cache_get_within(o->cache, id, bs, bl, a, (size_t)(z - a),
+                                           out + (a - off));
+        }
+        if (!have && b <= last && run == UINT64_MAX)
+            run = b;
+        if ((have || b > last) && run != UINT64_MAX) {
+            int rc = fetch_blocks(o, run, b - 1, off, n, out, id, err);
+            if (rc)
+                return rc;
+            run = UINT64_MAX;
+        }
+    }
+    return 0;
 }
 
 int64_t remote_object_changed(const remote_object *o)

@@ -17,7 +17,8 @@
 
 typedef struct zip_store {
     zarr_source base;
-    int fd;
+    int fd;                /* -1 for a zip read through reader */
+    zip_reader reader;     /* a remote zip: its bytes, size and changes */
     struct stat st;        /* the zip when the version opened */
     struct timespec born;  /* CLOCK_REALTIME_COARSE just before */
     zip_directory dir;
@@ -29,6 +30,7 @@ typedef struct zip_store {
 typedef struct inflated {
     zip_entry *entry;
     uint64_t data;
+    int stored;      /* a stored entry read through the reader */
     uint8_t *bytes;
 } inflated;
 
@@ -38,9 +40,26 @@ int zip_store_name(const char *name)
     return n > 4 && !strcmp(name + n - 4, ".zip");
 }
 
+/* One caller's reads of the store (on its stack: a source keeps no
+ * per-read state), with the failure of a reader's read kept for the
+ * detail (a remote's 502, 504 or change). */
+typedef struct zip_read {
+    zip_store *z;
+    int rc;
+    cellar_error err;
+} zip_read;
+
+/* zip_read_fn over a zip_read: pread of the local zip, or the reader. */
 static int read_at(void *ctx, uint64_t off, size_t n, void *buf)
 {
-    int fd = *(const int *)ctx;
+    zip_read *r = ctx;
+    zip_store *z = r->z;
+    if (z->fd < 0) {
+        cellar_error_clear(&r->err);
+        r->rc = z->reader.read(z->reader.ctx, off, n, buf, &r->err);
+        return r->rc ? -1 : 0;
+    }
+    int fd = z->fd;
     uint8_t *p = buf;
     while (n) {
         ssize_t got = pread(fd, p, n, (off_t)off);
@@ -62,6 +81,20 @@ static int zip_name(const zip_store *z, const char *rel, char *out, size_t size)
     return n < 0 || (size_t)n >= size ? -1 : 0;
 }
 
+/* Where e's bytes start (after its local header), with a reader's
+ * failure reported as itself. */
+static int entry_data(zip_store *z, zip_entry *e, uint64_t *data, cellar_error *err)
+{
+    zip_read r = {.z = z};
+    cellar_error local;
+    cellar_error_clear(&local);
+    int rc = zip_entry_data_offset(e, read_at, &r, data, &local);
+    if (rc)
+        rc = r.rc ? cellar_fail(err, r.rc, "%s", r.err.detail)
+                  : cellar_fail(err, rc, "%s", local.detail);
+    return rc;
+}
+
 static int zs_open_key(zarr_source *s, const char *rel, zarr_key *k, cellar_error *err)
 {
     zip_store *z = (zip_store *)s;
@@ -73,10 +106,10 @@ static int zs_open_key(zarr_source *s, const char *rel, zarr_key *k, cellar_erro
     zip_entry *e = (zip_entry *)zip_directory_find(&z->dir, name);
     if (!e)
         return 0;
-    int rc = zip_entry_check(e, err);
     uint64_t data = 0;
+    int rc = zip_entry_check(e, err);
     if (!rc)
-        rc = zip_entry_data_offset(e, read_at, &z->fd, &data, err);
+        rc = entry_data(z, e, &data, err);
     if (rc)
         return rc;
     k->found = 1;
@@ -84,7 +117,7 @@ static int zs_open_key(zarr_source *s, const char *rel, zarr_key *k, cellar_erro
     k->mtime = z->st.st_mtim;
     k->crc32 = e->crc32;
     k->has_crc32 = 1;
-    if (e->method == ZIP_STORED) {
+    if (e->method == ZIP_STORED && z->fd >= 0) {
         k->fd = z->fd;
         k->offset = data;
         return 0;
@@ -94,8 +127,18 @@ static int zs_open_key(zarr_source *s, const char *rel, zarr_key *k, cellar_erro
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory opening zip entry '%.200s'", name);
     in->entry = e;
     in->data = data;
+    in->stored = e->method == ZIP_STORED;
     k->priv = in;
     return 0;
+}
+
+/* A failed read: the reader's own code and detail, else a zip that ends
+ * early. */
+static int read_failed(const zip_read *r, cellar_error *err, const char *what, const char *name)
+{
+    if (r->rc)
+        return cellar_fail(err, r->rc, "%s: %s", what, r->err.detail);
+    return cellar_fail(err, CELLAR_EFORMAT, "%s: zip entry '%.200s' ends early", what, name);
 }
 
 /* Decodes the raw deflate stream of in->entry into exactly its size in
@@ -119,8 +162,9 @@ static int inflate_entry(zip_store *z, inflated *in, const char *what, cellar_er
         rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory decoding %s", what);
         goto done;
     }
-    if (e->comp_size && read_at(&z->fd, in->data, (size_t)e->comp_size, src) != 0) {
-        rc = cellar_fail(err, CELLAR_EFORMAT, "%s: zip entry '%.200s' ends early", what, e->name);
+    zip_read r = {.z = z};
+    if (e->comp_size && read_at(&r, in->data, (size_t)e->comp_size, src) != 0) {
+        rc = read_failed(&r, err, what, e->name);
         goto done;
     }
     z_stream zs;
@@ -163,12 +207,18 @@ static int zs_read_key(zarr_source *s, zarr_key *k, uint64_t off, size_t n, void
     zip_store *z = (zip_store *)s;
     if (off > k->size || n > k->size - off)
         return cellar_fail(err, CELLAR_EFORMAT, "%s ends early", what);
+    zip_read r = {.z = z};
     if (k->fd >= 0) {
-        if (n && read_at(&z->fd, k->offset + off, n, buf) != 0)
+        if (n && read_at(&r, k->offset + off, n, buf) != 0)
             return cellar_fail(err, CELLAR_EFORMAT, "%s: the zip ends early", what);
         return 0;
     }
     inflated *in = k->priv;
+    if (in->stored) {
+        if (n && read_at(&r, in->data + off, n, buf) != 0)
+            return read_failed(&r, err, what, in->entry->name);
+        return 0;
+    }
     if (!in->bytes) {
         int rc = inflate_entry(z, in, what, err);
         if (rc)
@@ -241,6 +291,8 @@ static int64_t ns_of(struct timespec t)
 static int64_t zs_changed(zarr_source *s)
 {
     zip_store *z = (zip_store *)s;
+    if (z->fd < 0)
+        return z->reader.changed ? z->reader.changed(z->reader.ctx) : 0;
     struct stat st;
     if (fstat(z->fd, &st) != 0)
         return 0;
@@ -256,6 +308,8 @@ static void zs_destroy(zarr_source *s)
     zip_directory_free(&z->dir);
     if (z->fd >= 0)
         close(z->fd);
+    if (z->fd < 0 && z->reader.close)
+        z->reader.close(z->reader.ctx);
     free(z);
 }
 
@@ -306,6 +360,38 @@ static int find_store_prefix(zip_store *z, cellar_error *err)
                        "root or in its one top folder)");
 }
 
+int zip_store_open_reader(const zip_reader *rd, zarr_source **out, cellar_error *err)
+{
+    *out = NULL;
+    zip_store *z = calloc(1, sizeof *z);
+    if (!z) {
+        if (rd->close)
+            rd->close(rd->ctx);
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory opening a zip store");
+    }
+    z->base.ops = &zip_ops;
+    z->fd = -1;
+    z->reader = *rd;
+    clock_gettime(CLOCK_REALTIME_COARSE, &z->born);
+    z->st.st_size = (off_t)rd->size;
+    z->st.st_mtim = rd->mtime;
+    zip_read r = {.z = z};
+    cellar_error local;
+    cellar_error_clear(&local);
+    int rc = zip_directory_parse(read_at, &r, rd->size, &z->dir, &local);
+    if (rc)
+        rc = r.rc ? read_failed(&r, err, "the zip's directory", "")
+                  : cellar_fail(err, rc, "%s", local.detail);
+    if (!rc)
+        rc = find_store_prefix(z, err);
+    if (rc) {
+        zs_destroy(&z->base);
+        return rc;
+    }
+    *out = &z->base;
+    return 0;
+}
+
 int zip_store_open(const char *path, zarr_source **out, cellar_error *err)
 {
     *out = NULL;
@@ -328,7 +414,8 @@ int zip_store_open(const char *path, zarr_source **out, cellar_error *err)
         goto done;
     }
     fcntl(z->fd, F_SETFL, 0);
-    rc = zip_directory_parse(read_at, &z->fd, (uint64_t)z->st.st_size, &z->dir, err);
+    zip_read r = {.z = z};
+    rc = zip_directory_parse(read_at, &r, (uint64_t)z->st.st_size, &z->dir, err);
     if (!rc)
         rc = find_store_prefix(z, err);
 done:

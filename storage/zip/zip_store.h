@@ -16,6 +16,9 @@
 #ifndef CELLAR_ZIP_STORE_H
 #define CELLAR_ZIP_STORE_H
 
+#include <stdint.h>
+#include <time.h>
+
 #include "common/error.h"
 #include "storage/zarr/zarr_source.h"
 
@@ -23,6 +26,25 @@
  * hand it to zarr_open_source).  CELLAR_EFORMAT when it is not a zip, is
  * malformed, or holds no zarr store; CELLAR_EIO, CELLAR_ENOMEM. */
 int zip_store_open(const char *path, zarr_source **out, cellar_error *err);
+
+/* A zip read through callbacks rather than from a local file (a remote
+ * object: storage/remote/remote_store.h).  read fills [off, off + n) of
+ * the zip (0, or a cellar code with err filled: the code is the one the
+ * store's reads fail with); changed says when the zip changed under the
+ * version (0 while not); close releases ctx. */
+typedef struct zip_reader {
+    void *ctx;
+    uint64_t size;
+    struct timespec mtime;
+    int (*read)(void *ctx, uint64_t off, size_t n, void *buf, cellar_error *err);
+    int64_t (*changed)(void *ctx);
+    void (*close)(void *ctx);
+} zip_reader;
+
+/* Opens the zip rd gives as a key source, as zip_store_open does a file
+ * (every entry read through rd: raw keys have no descriptor).  rd's ctx
+ * is taken over (closed with the source, or at once on failure). */
+int zip_store_open_reader(const zip_reader *rd, zarr_source **out, cellar_error *err);
 
 /* Whether name is a zip store's name (ends in .zip). */
 int zip_store_name(const char *name);

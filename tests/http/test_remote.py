@@ -29,6 +29,7 @@ import pytest
 import requests
 
 import remote_servers as RS
+import writers as W
 import zip_writers as ZW
 from conftest import assert_problem, store_path
 
@@ -38,6 +39,10 @@ TIMEOUT_MS = 3000
 RECHECK = 1.0
 SETTLE = 2.5  # objects written this recently are not trusted yet (remote_store.h)
 DIR_STORES = [ZW.AD_V2_DIR, ZW.AD_V3_DIR, ZW.AD_V2_ZS_DIR, ZW.AD_V3_ZS_DIR, ZW.TD_V3_DIR]
+ZIP_STORES = [z.name for z in ZW.ZIPS]   # read by ranges of the one object
+AD_H5 = "ad.h5ad"                        # the zarr stores' AnnData, written by anndata as HDF5
+H5_STORES = [AD_H5, W.FRAME, W.MULTI, W.LINEAGE]  # and the local suite's HDF5 stores
+STORES = DIR_STORES + ZIP_STORES + H5_STORES
 LOCAL_ONLY = "here.zarr"   # a local store on the remote-serving cellar
 
 
@@ -53,6 +58,12 @@ def zroot(tmp_path_factory) -> Path:
     import zarr
     root = tmp_path_factory.mktemp("remote") / "root"
     ZW.write_good(root)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ZW.make_adata().write_h5ad(root / AD_H5)
+    W.write_frame(root / W.FRAME)
+    W.write_multi(root / W.MULTI)
+    W.write_lineage(root / W.LINEAGE)
     shutil.copytree(root / ZW.TD_V3_DIR, root / TD_CONSOLIDATED)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -66,7 +77,7 @@ def weed(tmp_path_factory, zroot):
     s3 = RS.WeedS3(work, work / "weed.log").start()
     client = RS.S3Client(s3.endpoint)
     client.create_bucket(BUCKET)
-    client.upload_tree(BUCKET, PREFIX, zroot, DIR_STORES)
+    client.upload_tree(BUCKET, PREFIX, zroot, STORES)
     time.sleep(SETTLE)  # quiet, so the first versions are trusted at once
     yield s3
     s3.stop()
@@ -98,7 +109,7 @@ def remote_args(weed, web, creds, *extra):
     args = ["--root", f"s3://{BUCKET}/{PREFIX}", "--s3-endpoint", weed.endpoint,
             "--s3-credentials-file", str(creds), "--remote-timeout-ms", str(TIMEOUT_MS),
             "--remote-recheck-seconds", str(RECHECK)]
-    for name in DIR_STORES:
+    for name in STORES:
         served = TD_CONSOLIDATED if name == ZW.TD_V3_DIR else name
         args += ["--remote", f"web/{name}={web.base}/{served}"]
     return args + list(extra)
@@ -134,9 +145,12 @@ def test_the_s3_server_is_real_and_signed(weed, zroot):
 def test_store_list_names_remote_and_local_stores(remote, local):
     listed = {e["name"]: e for e in remote.get("/v1/stores").json()["stores"]}
     here = {e["name"]: e for e in local.get("/v1/stores").json()["stores"]}
-    for name in DIR_STORES:
-        assert listed[name]["backend"] == "zarr" and listed[name]["kind"] == here[name]["kind"], name
+    for name in STORES:
+        assert listed[name]["backend"] == here[name]["backend"], name
+        assert listed[name]["kind"] == here[name]["kind"], name
         assert listed["web/" + name]["kind"] == here[name]["kind"], name
+    for name in ZIP_STORES + H5_STORES:  # one object: its size, from S3's listing and from a HEAD
+        assert listed[name]["bytes"] == listed["web/" + name]["bytes"] == here[name]["bytes"], name
     assert listed[LOCAL_ONLY]["kind"] == "anndata"
     # S3 listings add the store's objects up; plain HTTP has no listing
     assert listed[ZW.AD_V3_DIR]["bytes"] == here[ZW.AD_V3_DIR]["bytes"]
@@ -156,13 +170,20 @@ ROUTES = {
                 "X?var_names=ENSG00003&format=bin", "X?var_names=ENSG00001,ENSG00005"],
     "treedata": ["obs", "obst", "obst/tree1", "obst/tree1?format=newick", "X", "obs/schema",
                  "obst/tree1/leaves"],
+    "frame": ["obs", "var", "obs/schema", "obs?format=csv", "obs?rows=-5:&columns=s,nstr",
+              "X", "X?format=npy", "X?cols=3&format=bin"],
+    "mudata": ["mod", "obs", "var", "mod/rna/obs", "mod/rna/X", "mod/prot/var", "obsmap/rna",
+               "varmap/prot", "obsmap/prot?rows=-6:", "mod/rna/obs/schema"],
+    "lineage": ["obs", "obst", "obst/tree1", "obst/tree1?format=newick", "X",
+                "obst/tree1/leaves"],
 }
-KIND = {ZW.TD_V3_DIR: "treedata"}
+KIND = {ZW.TD_V3_DIR: "treedata", **{z.name: z.kind for z in ZW.ZIPS},
+        W.FRAME: "frame", W.MULTI: "mudata", W.LINEAGE: "lineage"}
 SUMMARY_FILE_KEYS = {"name", "etag", "mtime", "bytes"}
 
 
 @pytest.mark.parametrize("via", ["s3", "http"])
-@pytest.mark.parametrize("name", DIR_STORES)
+@pytest.mark.parametrize("name", STORES)
 def test_every_route_equals_local(remote, local, name, via):
     """Summary, frames, X by rows and by gene, layers, obsm/obsp, uns,
     raw and trees answer from the bucket (and from nginx) byte for byte
@@ -225,6 +246,26 @@ def test_raw_keys_equal_local(remote, local, zroot, name, via):
     assert_problem(remote.session.get(remote.base + raw(there, "nope/0.0"), timeout=30), 404)
 
 
+@pytest.mark.parametrize("via", ["s3", "http"])
+@pytest.mark.parametrize("name", ["ad_v2_stored.zip", "ad_v3_deflated.zip", "ad_v3.zarr.zip"])
+def test_zip_raw_keys_equal_local(remote, local, zroot, name, via):
+    """A remote zip's keys (stored ones read by range, deflated ones
+    decoded) are the local zip's, and its listing is the same."""
+    there = name if via == "s3" else "web/" + name
+    twin = ZW.BY_NAME[name].twin
+    for key, data in _store_files(zroot, twin).items():
+        if key in ("zarr.json", ".zmetadata"):
+            continue
+        a = remote.session.get(remote.base + raw(there, key), timeout=30)
+        b = local.session.get(local.base + raw(name, key), timeout=30)
+        assert a.status_code == b.status_code == 200, (key, a.text[:300])
+        assert a.content == b.content == data, key
+    a = remote.session.get(remote.base + raw(there, ""), timeout=30)
+    b = local.session.get(local.base + raw(name, ""), timeout=30)
+    assert a.status_code == b.status_code == 200
+    assert a.text.replace(there, name) == b.text  # the index names its store
+
+
 def test_s3_listing_serves_unconsolidated_directories(remote, local):
     """The raw route's directory index comes from the S3 listing."""
     import fsspec
@@ -245,6 +286,27 @@ def test_zarr_python_reads_the_bucket_through_cellar(remote, zroot):
         here = zarr.open_group(zroot / ZW.AD_V3_DIR, mode="r")
         for path in ("X", "obs/f32", "obsm/X_pca", "layers/counts/data"):
             np.testing.assert_array_equal(g[path][...], here[path][...], err_msg=path)
+
+
+def test_remote_hdf5_files_are_probed_first(remote):
+    """libhdf5 sees a remote HDF5 version only after a probe process walked
+    it (its bytes read by the server for it, through the byte cache)."""
+    text = remote.get("/metrics").text
+    ok = next(float(ln.split()[1]) for ln in text.splitlines()
+              if ln.startswith('cellar_probes_total{outcome="ok"}'))
+    assert ok >= len(H5_STORES) * 2  # from S3 and from nginx
+
+
+def test_damaged_remote_hdf5_is_422_and_serving_goes_on(remote, weed, zroot, tmp_path):
+    data = (zroot / AD_H5).read_bytes()
+    c = RS.S3Client(weed.endpoint)
+    c.put(BUCKET, f"{PREFIX}/cut.h5ad", data[: len(data) // 3])
+    c.put(BUCKET, f"{PREFIX}/text.h5ad", b"not an HDF5 file at all\n" * 50)
+    time.sleep(SETTLE)
+    assert_problem(get(remote, "cut.h5ad", "obs"), 422)
+    assert_problem(get(remote, "text.h5ad", "obs"), 422)
+    assert get(remote, AD_H5, "obs").status_code == 200
+    assert get(remote, LOCAL_ONLY, "obs").status_code == 200
 
 
 def test_local_stores_beside_remote(remote, zroot):
@@ -319,6 +381,26 @@ def test_replaced_objects_are_a_new_version_never_mixed(remote, weed, tmp_path, 
     assert rb.headers["ETag"] != ra.headers["ETag"]
     for _ in range(5):
         assert _digest(get(remote, "swap.zarr", "X?format=bin")) == want_b
+
+
+def test_replaced_zip_object_is_a_new_version(remote, weed, tmp_path, zroot, server_factory):
+    """A zip store is one object: replaced by one PUT, it is served in the
+    new version after the recheck interval (its ranges of the old version
+    are never mixed in: each names the ETag of its version)."""
+    import zipfile
+    va, vb = _versions_of(zroot, tmp_path)
+    ZW.zip_directory(va, tmp_path / "a.zip", zipfile.ZIP_STORED)
+    ZW.zip_directory(vb, tmp_path / "b.zip", zipfile.ZIP_DEFLATED)
+    ref = server_factory(tmp_path)
+    want_a = _digest(get(ref, "a.zip", "X?format=bin"))
+    want_b = _digest(get(ref, "b.zip", "X?format=bin"))
+    assert want_a != want_b
+    c = RS.S3Client(weed.endpoint)
+    c.put(BUCKET, f"{PREFIX}/swap.zip", (tmp_path / "a.zip").read_bytes())
+    _, ra = _wait_for_version(remote, "swap.zip", "X?format=bin", want_a, want_a, 10)
+    c.put(BUCKET, f"{PREFIX}/swap.zip", (tmp_path / "b.zip").read_bytes())
+    _, rb = _wait_for_version(remote, "swap.zip", "X?format=bin", want_b, want_a, RECHECK + 8)
+    assert rb.headers["ETag"] != ra.headers["ETag"]
 
 
 def test_http_mount_replaced(tmp_path, zroot, server_factory, creds, weed):
@@ -401,6 +483,8 @@ def test_s3_server_stopped_then_back(tmp_path, here_root, weed, web, creds, serv
         assert "cannot be reached" in body["detail"], body
         assert time.monotonic() - t0 < TIMEOUT_MS / 1000 + 2
         assert_problem(get(s, ZW.AD_V2_DIR, "obs"), 502)
+        assert_problem(get(s, "ad_v2_stored.zip", "obs"), 502)
+        assert_problem(get(s, AD_H5, "obs"), 502)
         assert get(s, LOCAL_ONLY, "obs").status_code == 200
         assert get(s, "web/" + ZW.AD_V3_DIR, "obs").status_code == 200
         assert_problem(s.get("/readyz"), 503, detail_contains="cannot be listed")

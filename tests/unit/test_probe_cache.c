@@ -17,10 +17,11 @@ typedef struct fake_prober {
     useconds_t delay_us;
 } fake_prober;
 
-static void fake_run(void *ctx, const char *path, probe_verdict *out)
+static void fake_run(void *ctx, const char *path, const probe_reader *rd, probe_verdict *out)
 {
     fake_prober *f = ctx;
     (void)path;
+    (void)rd;
     atomic_fetch_add(&f->runs, 1);
     if (f->delay_us)
         usleep(f->delay_us);
