@@ -201,8 +201,14 @@ WEED_BIN := $(CELLAR_TEST_CACHE)/seaweedfs-$(WEED_VERSION)/weed
 $(WEED_BIN):
 	sh tests/build_weed.sh $(WEED_VERSION) $@
 
+# taxonium-component and esbuild for the Taxonium browser test
+# (tests/http/test_taxonium_browser.py), from its committed lock file.
+TAXONIUM_TESTS := tests/browser/taxonium
+$(TAXONIUM_TESTS)/node_modules/.package-lock.json: $(TAXONIUM_TESTS)/package.json $(TAXONIUM_TESTS)/package-lock.json
+	npm ci --no-audit --no-fund --prefix $(TAXONIUM_TESTS)
+
 pytest: $(BUILD)/cellar venv $(ZARR_CLIENTS)/node_modules/.package-lock.json $(VIEWER_TESTS)/node_modules/.package-lock.json \
-        $(VITESSCE_TESTS)/node_modules/.package-lock.json $(WEED_BIN)
+        $(VITESSCE_TESTS)/node_modules/.package-lock.json $(TAXONIUM_TESTS)/node_modules/.package-lock.json $(WEED_BIN)
 	$(SAN_ENV) CELLAR_BIN=$(abspath $(BUILD)/cellar) CELLAR_WEED=$(WEED_BIN) $(VENV)/bin/python -m pytest -q tests/http
 
 # The layering rules of the README's "Layout", on what the preprocessor includes.
