@@ -45,7 +45,8 @@ if [ -z "$GO" ]; then
     python3 - "$zip" "$WORK/toolchain.tmp" <<'EOF'
 import os, sys, zipfile
 zf, dst = zipfile.ZipFile(sys.argv[1]), sys.argv[2]
-prefix = zf.namelist()[0].split("/")[0] + "/"
+first = zf.namelist()[0]   # golang.org/toolchain@VERSION/...: the module's folder
+prefix = first[:first.index("/", first.index("@")) + 1]
 for info in zf.infolist():
     name = info.filename[len(prefix):]
     if not name or name.endswith("/"):
