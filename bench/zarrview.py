@@ -282,8 +282,8 @@ then the chunks of `X/data` and `X/indices` that hold the gene's column (checked
 against the h5ad's column); from the CSR zarr, `X/indptr` and every chunk of
 `X/data` and `X/indices`, as Vitessce must scan a CSR matrix (vitessce#2565). One
 keep-alive connection per side, chunks fetched in turn (http.client); median over
-the genes {genes}. The first read on a fresh cellar, which builds the column index,
-took {S.fmt_s(first_s)}.
+the genes {genes}.
+The first read on a fresh cellar, which builds the column index, took {S.fmt_s(first_s)}.
 
 | gene read | time | requests | MB | ratio |
 |---|---|---|---|---|
