@@ -192,6 +192,12 @@ VITESSCE_TESTS := tests/browser/vitessce
 $(VITESSCE_TESTS)/node_modules/.package-lock.json: $(VITESSCE_TESTS)/package.json $(VITESSCE_TESTS)/package-lock.json
 	npm ci --no-audit --no-fund --prefix $(VITESSCE_TESTS)
 
+# @h5web/app and esbuild for tests/http/test_h5web.py (the page is
+# bundled from them in the test), from the committed lock file.
+H5WEB_TESTS := tests/browser/h5web
+$(H5WEB_TESTS)/node_modules/.package-lock.json: $(H5WEB_TESTS)/package.json $(H5WEB_TESTS)/package-lock.json
+	npm ci --no-audit --no-fund --prefix $(H5WEB_TESTS)
+
 # SeaweedFS's weed, the S3 server of tests/http/test_remote.py, built from
 # the Go module proxy at this pinned version (the only one it serves) the
 # first time and kept in CELLAR_TEST_CACHE (tests/build_weed.sh).
@@ -208,7 +214,8 @@ $(TAXONIUM_TESTS)/node_modules/.package-lock.json: $(TAXONIUM_TESTS)/package.jso
 	npm ci --no-audit --no-fund --prefix $(TAXONIUM_TESTS)
 
 pytest: $(BUILD)/cellar venv $(ZARR_CLIENTS)/node_modules/.package-lock.json $(VIEWER_TESTS)/node_modules/.package-lock.json \
-        $(VITESSCE_TESTS)/node_modules/.package-lock.json $(TAXONIUM_TESTS)/node_modules/.package-lock.json $(WEED_BIN)
+        $(VITESSCE_TESTS)/node_modules/.package-lock.json $(TAXONIUM_TESTS)/node_modules/.package-lock.json \
+        $(H5WEB_TESTS)/node_modules/.package-lock.json $(WEED_BIN)
 	$(SAN_ENV) CELLAR_BIN=$(abspath $(BUILD)/cellar) CELLAR_WEED=$(WEED_BIN) $(VENV)/bin/python -m pytest -q tests/http
 
 # The layering rules of the README's "Layout", on what the preprocessor includes.
