@@ -316,6 +316,7 @@ BIN_NOT_DATA = {"/numbers/empty_null", "/strings/vlen", "/strings/vlen_ascii",
                 "/strings/scalar_vlen", "/strings/vlen_2d", "/storage/gzip_strings"}
 
 
+@pytest.mark.timeout(600)  # ~2,000 requests to each server; h5grove takes most of the time
 def test_every_route_and_format_as_h5grove(grove_root, reference, cellar):
     reqs = requests_for(grove_root)
     assert len(reqs) > 500
