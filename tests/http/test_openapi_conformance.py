@@ -170,6 +170,7 @@ def known_names(srv) -> dict[str, list[str]]:
             ids = [n["id"] for n in srv.get(f"/v1/stores/{store}/obst/{key}").json()["nodes"]]
             names["nodes"].update(ids[:4] + ids[-4:])
             names["node_lists"].update({",".join(ids[:2]), ",".join(ids[-3:]), ids[0]})
+    names["h5_paths"] = {"/", "/X", "/obs", "/obsm", "/uns", "/mod", "/obst", "X/data"}
     return {k: sorted(v) for k, v in names.items() if v}
 
 
@@ -200,6 +201,15 @@ def write_config(path: Path, names: dict[str, list[str]]) -> None:
     if "zarr_keys" in names:
         lines += ["", "[[operations]]", 'include-path-regex = "/zarr/"',
                   'parameters = { "path.key" = { dictionary = "zarr_keys", probability = 0.8 } }']
+    # h5grove's routes (api/h5grove/): files named by the file parameter,
+    # and 422 for what the data cannot give (dtype=safe of strings, /data/
+    # of a group, a selection out of a dataset's range) as h5grove answers
+    lines += ["", "[[operations]]", 'include-path-regex = "^/h5grove/"',
+              'parameters = { "query.file" = { dictionary = "stores", probability = 0.9 }, '
+              '"query.path" = { dictionary = "h5_paths", probability = 0.7 } }',
+              "checks.positive_data_acceptance.expected-statuses = [" + ", ".join(
+                  toml_str(s) for s in ["2xx", "3xx", "401", "403", "404", "409", "429", "5xx",
+                                        *POSITIVE_ALSO, "422"]) + "]"]
     lines += ["", "[checks.positive_data_acceptance]",
               "expected-statuses = [" + ", ".join(
                   toml_str(s) for s in ["2xx", "3xx", "401", "403", "404", "409", "429", "5xx",
