@@ -23,7 +23,7 @@ Environment:
   BENCH_REFS          references to run (default mhd,nginx,h5grove)
   BENCH_ONLY          comma list of scenario ids to run (summary, modlist,
                       obs_json, ..., mixed) and/or sections (trees, matrices,
-                      probe, replicas, deploy, viewer, zarrview);
+                      probe, replicas, deploy, viewer, zarrview, h5grove);
                       default all.  A run of sections only rewrites their
                       blocks of BENCHMARKS.md and keeps the rest of the file.
 
@@ -758,7 +758,7 @@ metadata, names and indexes stay on).
     return text
 
 
-SECTIONS = ("trees", "matrices", "probe", "replicas", "deploy", "viewer", "zarrview")
+SECTIONS = ("trees", "matrices", "probe", "replicas", "deploy", "viewer", "zarrview", "h5grove")
 SECTION_RE = re.compile(r"<!-- bench:([\w@.]+) -->\n.*?<!-- /bench:\1 -->\n?", re.S)
 
 
@@ -895,6 +895,7 @@ def main():
         print(table)
         print(f"\ncellar peak RSS over the run: {results.cellar_peak_kb / 1024:.0f} MB")
     import deploy
+    import grove_bench
     import replicas
     import sections
     import viewer
@@ -907,7 +908,9 @@ def main():
                             ("deploy", "TLS and bearer tokens (issue 15)", deploy.run_deploy),
                             ("viewer", "The built-in viewer (issue 14)", viewer.run_viewer),
                             ("zarrview", "The zarr view of HDF5 stores (issue 13)",
-                             zarrview.run_zarrview)):
+                             zarrview.run_zarrview),
+                            ("h5grove", "The h5grove routes against h5grove (issue 14)",
+                             grove_bench.run_h5grove)):
         if only and name not in only:
             continue
         copy = copy_gbps()
