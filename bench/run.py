@@ -758,7 +758,8 @@ metadata, names and indexes stay on).
     return text
 
 
-SECTIONS = ("trees", "matrices", "probe", "replicas", "deploy", "viewer", "zarrview", "h5grove")
+SECTIONS = ("trees", "matrices", "probe", "replicas", "deploy", "viewer", "zarrview", "h5grove",
+            "remote")
 SECTION_RE = re.compile(r"<!-- bench:([\w@.]+) -->\n.*?<!-- /bench:\1 -->\n?", re.S)
 
 
@@ -896,6 +897,7 @@ def main():
         print(f"\ncellar peak RSS over the run: {results.cellar_peak_kb / 1024:.0f} MB")
     import deploy
     import grove_bench
+    import remote
     import replicas
     import sections
     import viewer
@@ -910,7 +912,8 @@ def main():
                             ("zarrview", "The zarr view of HDF5 stores (issue 13)",
                              zarrview.run_zarrview),
                             ("h5grove", "The h5grove routes against h5grove (issue 14)",
-                             grove_bench.run_h5grove)):
+                             grove_bench.run_h5grove),
+                            ("remote", "Remote stores on S3 (issue 18)", remote.run_remote)):
         if only and name not in only:
             continue
         copy = copy_gbps()

@@ -141,6 +141,10 @@ def load_client(section, cfg):
                 f"times per store, and {R.env_int('BENCH_PROBE_FIRST_RUNS', PROBE_FIRST_RUNS) * n}"
                 " first requests per store and probe mode, one GET (urllib) per freshly "
                 f"started cellar" + (f" (BENCH_REPEAT={n})" if n > 1 else ""))
+    if section == "remote":
+        import remote
+        return (f"runs: one GET (urllib) at a time, {remote.COLD_RUNS} cold first requests and "
+                f"{remote.WARM_RUNS} warm ones per request and side")
     if section == "viewer":
         import viewer
         n = viewer.PAGE_LOADS * max(cfg.get("repeat", 1), 1)

@@ -127,6 +127,17 @@ int remote_cache_get_within(remote_cache *c, const char *id, uint64_t within, si
     return found;
 }
 
+int remote_cache_contains(remote_cache *c, const char *id, uint64_t off, size_t len)
+{
+    if (!c)
+        return 0;
+    uint64_t h = key_hash(id, off, len);
+    pthread_mutex_lock(&c->lock);
+    int found = *find_locked(c, h, id, off, len) != NULL;
+    pthread_mutex_unlock(&c->lock);
+    return found;
+}
+
 int remote_cache_get(remote_cache *c, const char *id, uint64_t off, size_t len, void *out)
 {
     return remote_cache_get_within(c, id, off, len, off, len, out);

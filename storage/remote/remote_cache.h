@@ -33,6 +33,10 @@ int remote_cache_get(remote_cache *c, const char *id, uint64_t off, size_t len, 
 int remote_cache_get_within(remote_cache *c, const char *id, uint64_t within, size_t wlen,
                             uint64_t off, size_t len, void *out);
 
+/* Whether [off, off + len) of id is kept as one range (no copy, no
+ * count in the hit statistics). */
+int remote_cache_contains(remote_cache *c, const char *id, uint64_t off, size_t len);
+
 /* Keeps a copy of bytes as [off, off + len) of id (replacing one kept). */
 void remote_cache_put(remote_cache *c, const char *id, uint64_t off, const void *bytes,
                       size_t len);

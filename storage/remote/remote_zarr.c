@@ -295,7 +295,52 @@ static void rz_destroy(zarr_source *s)
     free(z);
 }
 
+/* S3 keys listed for the version and not yet in the byte cache, fetched
+ * whole on one multi handle (at most the client's max_parallel at once),
+ * each GET naming the listed ETag; what arrives goes to the cache, where
+ * the reads that follow find it. */
+static void rz_prefetch(zarr_source *s, const char *const *rels, size_t n)
+{
+    rzarr *z = (rzarr *)s;
+    if (!z->listing || n < 2)
+        return;
+    remote_request *q = calloc(n, sizeof *q);
+    remote_response *resp = calloc(n, sizeof *resp);
+    int *rcs = calloc(n, sizeof *rcs);
+    char(*urls)[2600] = calloc(n, sizeof *urls);
+    char(*ids)[2900] = calloc(n, sizeof *ids);
+    size_t m = 0;
+    for (size_t i = 0; q && resp && rcs && urls && ids && i < n; i++) {
+        char full[S3_KEY_MAX + 1100];
+        snprintf(full, sizeof full, "%s/%s", z->loc.key, rels[i]);
+        const s3_object *o = s3_listing_find(&z->listing->l, full);
+        if (!o || !o->size || o->size > RANGE_MAX_BYTES ||
+            key_url(z, rels[i], urls[m], sizeof urls[m]) != 0)
+            continue;
+        cache_id(urls[m], o->etag, z->version, ids[m], sizeof ids[m]);
+        if (remote_cache_contains(z->cache, ids[m], 0, (size_t)o->size))
+            continue;
+        q[m] = (remote_request){.url = urls[m], .sign = 1, .ranged = 1, .off = 0,
+                                .len = o->size, .if_match = o->etag[0] ? o->etag : NULL,
+                                .max_bytes = (size_t)o->size};
+        m++;
+    }
+    if (m > 1 && remote_fetch_many(z->client, q, resp, rcs, NULL, m) == 0) {
+        for (size_t i = 0; i < m; i++)
+            if (!rcs[i] && resp[i].status == 206 && resp[i].len == q[i].len)
+                remote_cache_put(z->cache, ids[i], 0, resp[i].body, resp[i].len);
+    }
+    for (size_t i = 0; resp && i < m; i++)
+        remote_response_clear(&resp[i]);
+    free(q);
+    free(resp);
+    free(rcs);
+    free(urls);
+    free(ids);
+}
+
 static const zarr_source_ops rzarr_ops = {
+    .prefetch = rz_prefetch,
     .open_key = rz_open_key,
     .read_key = rz_read_key,
     .close_key = rz_close_key,

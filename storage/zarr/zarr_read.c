@@ -687,6 +687,53 @@ static int read_inner_chunk(zread *r, const int64_t *coords, zchunk *c, int *mis
 
 /* ---- entry -------------------------------------------------------------- */
 
+/* Chunk keys handed to a source's prefetch at most per call. */
+#define PREFETCH_MAX 256
+
+/* Tells a source that fetches ahead (a remote one) which whole chunk keys
+ * the read needs and the decoded chunk cache lacks, so it fetches them at
+ * once rather than one after the other.  Not for sharded arrays (their
+ * inner chunks are ranges of a shard, read after its index). */
+static void prefetch_chunks(zread *r)
+{
+    if (!r->src->ops->prefetch || r->za->sharded)
+        return;
+    int nd = r->ndim;
+    int64_t gidx[NODE_MAX_DIMS] = {0}, coords[NODE_MAX_DIMS] = {0};
+    for (int d = 0; d < nd; d++)
+        if (r->plan[d].ngroups == 0)
+            return;
+    char *keys[PREFETCH_MAX];
+    size_t n = 0;
+    for (int more = 1; more && n < PREFETCH_MAX;) {
+        for (int d = 0; d < nd; d++)
+            coords[d] = r->plan[d].gchunk[gidx[d]];
+        zchunk c = {0};
+        if (chunk_cached(r, coords, &c)) {
+            chunk_free(&c);
+        } else {
+            make_key(r, coords);
+            size_t len = strlen(r->rel) + 1 + strlen(r->key) + 1;
+            char *k = malloc(len);
+            if (!k)
+                break;
+            snprintf(k, len, "%s%s%s", r->rel, r->rel[0] ? "/" : "", r->key);
+            keys[n++] = k;
+        }
+        int d = nd - 1;
+        for (; d >= 0; d--) {
+            if (++gidx[d] < r->plan[d].ngroups)
+                break;
+            gidx[d] = 0;
+        }
+        more = d >= 0;
+    }
+    if (n > 1)
+        r->src->ops->prefetch(r->src, (const char *const *)keys, n);
+    for (size_t i = 0; i < n; i++)
+        free(keys[i]);
+}
+
 static int read_all_chunks(zread *r, cellar_error *err)
 {
     int nd = r->ndim;
@@ -694,6 +741,7 @@ static int read_all_chunks(zread *r, cellar_error *err)
     for (int d = 0; d < nd; d++)
         if (r->plan[d].ngroups == 0)
             return 0;
+    prefetch_chunks(r);
     for (;;) {
         for (int d = 0; d < nd; d++)
             coords[d] = r->plan[d].gchunk[gidx[d]];

@@ -85,6 +85,11 @@ typedef struct zarr_source_ops {
     int (*total_bytes)(zarr_source *s, uint64_t *bytes);
     /* The newest change seen under the version (ns since the epoch), 0. */
     int64_t (*changed)(zarr_source *s);
+    /* Optional (NULL: none): the keys rels[0..n) (store-relative, as for
+     * open_key) will be read whole next, so a remote source fetches them
+     * at once, in parallel, into its cache.  Failures are not reported
+     * here: the reads that follow meet them. */
+    void (*prefetch)(zarr_source *s, const char *const *rels, size_t n);
     void (*destroy)(zarr_source *s);
 } zarr_source_ops;
 

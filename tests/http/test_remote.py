@@ -309,6 +309,28 @@ def test_damaged_remote_hdf5_is_422_and_serving_goes_on(remote, weed, zroot, tmp
     assert get(remote, LOCAL_ONLY, "obs").status_code == 200
 
 
+def _metric(server, name):
+    for ln in server.get("/metrics").text.splitlines():
+        if ln.startswith(name + " "):
+            return float(ln.split()[1])
+    raise AssertionError(name)
+
+
+def test_chunks_one_request_needs_are_fetched_together(here_root, weed, web, creds,
+                                                       server_factory, local, zroot):
+    """A slice over many chunks of an S3 store: the chunks are fetched on
+    one multi handle before they are decoded (the reads then find them in
+    the byte cache), and the answer is the local one."""
+    s = server_factory(here_root, *remote_args(weed, web, creds, "--answer-cache-bytes", "0"))
+    assert get(s, ZW.AD_V2_DIR, "obs/schema").status_code == 200  # opened
+    chunks = len(list((zroot / ZW.AD_V2_DIR / "X").glob("[0-9]*.[0-9]*")))
+    assert chunks >= 10
+    hits0 = _metric(s, "cellar_remote_cache_hits_total")
+    r = get(s, ZW.AD_V2_DIR, "X?format=bin")
+    assert r.status_code == 200 and r.content == get(local, ZW.AD_V2_DIR, "X?format=bin").content
+    assert _metric(s, "cellar_remote_cache_hits_total") - hits0 >= chunks
+
+
 def test_local_stores_beside_remote(remote, zroot):
     r = get(remote, LOCAL_ONLY, "X?format=bin")
     assert r.status_code == 200
