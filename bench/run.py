@@ -23,7 +23,8 @@ Environment:
   BENCH_REFS          references to run (default mhd,nginx,h5grove)
   BENCH_ONLY          comma list of scenario ids to run (summary, modlist,
                       obs_json, ..., mixed) and/or sections (trees, matrices,
-                      probe, replicas, deploy, viewer, zarrview, h5grove);
+                      probe, replicas, deploy, viewer, zarrview, h5grove,
+                      remote, taxonium);
                       default all.  A run of sections only rewrites their
                       blocks of BENCHMARKS.md and keeps the rest of the file.
 
@@ -759,7 +760,7 @@ metadata, names and indexes stay on).
 
 
 SECTIONS = ("trees", "matrices", "probe", "replicas", "deploy", "viewer", "zarrview", "h5grove",
-            "remote")
+            "remote", "taxonium")
 SECTION_RE = re.compile(r"<!-- bench:([\w@.]+) -->\n.*?<!-- /bench:\1 -->\n?", re.S)
 
 
@@ -900,6 +901,7 @@ def main():
     import remote
     import replicas
     import sections
+    import taxonium
     import viewer
     import zarrview
     for name, title, fn in (("trees", "Trees (issue 4)", sections.run_trees),
@@ -913,7 +915,8 @@ def main():
                              zarrview.run_zarrview),
                             ("h5grove", "The h5grove routes against h5grove (issue 14)",
                              grove_bench.run_h5grove),
-                            ("remote", "Remote stores on S3 (issue 18)", remote.run_remote)):
+                            ("remote", "Remote stores on S3 (issue 18)", remote.run_remote),
+                            ("taxonium", "Taxonium's nodes/ (issue 14)", taxonium.run_taxonium)):
         if only and name not in only:
             continue
         copy = copy_gbps()

@@ -175,35 +175,36 @@ int api_taxonium_nodes(api_request *req, api_response *res, cellar_error *err)
     if (tree_index_node_count(tr.t) > 0 && b[0] <= b[1] && b[2] <= b[3] &&
         (rc = tree_index_thin(tr.t, &box, req->arena, &e, &k, &thinned, err)))
         return rc;
-    json_out j;
-    if ((rc = start_json(req, res, &j, err)))
-        return rc;
-    json_out_map_open(&j);
-    json_out_str(&j, "bins");
-    json_out_map_open(&j);
-    json_out_str(&j, "rows");
-    json_out_int(&j, TX_ROWS);
+    /* Written straight into the body: this is the answer every pan and
+     * zoom asks for, tens of thousands of nodes for a big tree. */
+    buf *body = &res->body;
+    uint64_t limit = api_limit(req);
+    body->len = 0;
+    buf_printf(body, "{\"bins\":{\"rows\":%d", TX_ROWS);
     static const char *const names[] = {"min_x", "max_x", "min_y", "max_y"};
     for (int i = 0; i < 4; i++) {
-        json_out_str(&j, names[i]);
-        json_out_f64(&j, b[i]);
+        char num[NUMBER_TEXT_MAX];
+        size_t len = fmt_f64(b[i], num);
+        buf_printf(body, ",\"%s\":%.*s", names[i], (int)len, num);
     }
-    json_out_map_close(&j);
-    json_out_str(&j, "thinned");
-    json_out_bool(&j, thinned);
-    json_out_str(&j, "nodes");
-    json_out_array_open(&j);
-    for (int32_t i = 0; i < k && json_out_ok(&j); i++) {
-        tx_write_node_open(&j, &tr, e[i].node);
-        if (e[i].collapsed) {
-            json_out_str(&j, "collapsed");
-            json_out_bool(&j, 1);
-        }
-        json_out_map_close(&j);
+    buf_printf(body, "},\"thinned\":%s,\"nodes\":[", thinned ? "true" : "false");
+    for (int32_t i = 0; i < k && !body->failed; i++) {
+        if (i)
+            buf_putc(body, ',');
+        tx_append_node(body, &tr, e[i].node, e[i].collapsed);
+        if (limit && body->len > limit)
+            break;
     }
-    json_out_array_close(&j);
-    json_out_map_close(&j);
-    return tx_finish(&j, res, "zoom in (a smaller box)", err);
+    buf_puts(body, "]}");
+    if (body->failed)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory writing the answer");
+    if (limit && body->len > limit)
+        return cellar_fail(err, CELLAR_ETOOBIG,
+                           "the answer grew over the limit of %" PRIu64 " bytes; zoom in (a "
+                           "smaller box)", limit);
+    res->status = 200;
+    res->content_type = "application/json";
+    return 0;
 }
 
 /* ---- node_details/, tip_atts ---- */
@@ -309,10 +310,10 @@ int api_taxonium_mutations(api_request *req, api_response *res, cellar_error *er
  * deep as the tree, past the writer's nesting limit). */
 static void put_str(buf *b, const char *s)
 {
-    json_out j;
-    json_out_init(&j, b, 0, NULL);
-    json_out_str(&j, s);
-    json_out_destroy(&j);
+    if (s)
+        tx_append_str(b, s, strlen(s));
+    else
+        buf_puts(b, "null");
 }
 
 static void put_meta(buf *b, const tx_req *tr, const tx_column *c, int32_t v)

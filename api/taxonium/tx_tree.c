@@ -31,6 +31,9 @@ static void table_free(void *v)
     tx_table *tab = v;
     if (!tab)
         return;
+    free(tab->rec);
+    free(tab->rank);
+    free(tab->names);
     free(tab->slot);
     arena_free(tab->a);
     free(tab);
@@ -136,6 +139,93 @@ static int read_columns(build_ctx *c, tx_table *tab, const frame *f, const dim_s
     return 0;
 }
 
+/* Whether s can go into JSON between quotes as it is. */
+static int plain_text(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch < 0x20 || ch == '"' || ch == '\\' || ch >= 0x80)
+            return 0;
+    }
+    return 1;
+}
+
+typedef struct y_key {
+    double y;
+    int32_t pre, node;
+} y_key;
+
+static int cmp_y_key(const void *pa, const void *pb)
+{
+    const y_key *a = pa, *b = pb;
+    if (a->y != b->y)
+        return a->y < b->y ? -1 : 1;
+    return (a->pre > b->pre) - (a->pre < b->pre);
+}
+
+/* rank[v]: node v's place when sorted by y, then preorder (nodes/ order). */
+static int y_ranks(tx_table *tab, const tree_index *t, int32_t n, int32_t **order_out,
+                   cellar_error *err)
+{
+    y_key *k = malloc((size_t)(n ? n : 1) * sizeof *k);
+    int32_t *order = malloc((size_t)(n ? n : 1) * sizeof *order);
+    tab->rank = tree_index_calloc((size_t)n, sizeof *tab->rank);
+    if (!k || !order || !tab->rank) {
+        free(k);
+        free(order);
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    }
+    for (int32_t v = 0; v < n; v++)
+        k[v] = (y_key){tree_index_y(t, v), tree_index_preorder(t, v), v};
+    if (n > 1)
+        qsort(k, (size_t)n, sizeof *k, cmp_y_key);
+    for (int32_t r = 0; r < n; r++) {
+        order[r] = k[r].node;
+        tab->rank[k[r].node] = r;
+    }
+    free(k);
+    *order_out = order;
+    return 0;
+}
+
+static int fill_records(tx_table *tab, const tree_index *t, cellar_error *err)
+{
+    int32_t n = tree_index_node_count(t), *order = NULL;
+    int rc = y_ranks(tab, t, n, &order, err);
+    if (rc)
+        return rc;
+    size_t pool = 0;
+    for (int32_t v = 0; v < n; v++)
+        pool += strlen(tree_index_id(t, v)) + 1;
+    tab->rec = tree_index_calloc((size_t)n, sizeof *tab->rec);
+    tab->names = tree_index_calloc(pool, 1);
+    if (!tab->rec || !tab->names) {
+        free(order);
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    }
+    char *np = tab->names;
+    for (int32_t r = 0; r < n; r++) {
+        int32_t v = order[r], nc, p = tree_index_parent(t, v);
+        tx_rec *rec = &tab->rec[r];
+        tree_index_children(t, v, &nc);
+        rec->x_dist = tree_index_x(t, v) * tab->scale_x;
+        rec->y = tree_index_y(t, v) * tab->scale_y;
+        const char *id = tree_index_id(t, v);
+        size_t len = strlen(id);
+        memcpy(np, id, len + 1);
+        rec->name = np;
+        np += len + 1;
+        rec->name_len = len < INT32_MAX && plain_text(id, len) ? (int32_t)len : -1;
+        rec->parent = p >= 0 ? p : v;
+        rec->num_tips = tree_index_leaf_count(t, v);
+        rec->slot = tab->slot ? tab->slot[v] : -1;
+        rec->is_tip = nc == 0;
+    }
+    free(order);
+    tab->bytes_extra = pool + (size_t)n * (sizeof *tab->rank);
+    return 0;
+}
+
 static int table_build(void *ctx, void **value, size_t *bytes, cellar_error *err)
 {
     build_ctx *c = ctx;
@@ -155,8 +245,11 @@ static int table_build(void *ctx, void **value, size_t *bytes, cellar_error *err
         if ((rc = node_rows(c, tab, &f, &sel, err)) || (rc = read_columns(c, tab, &f, &sel, err)))
             goto fail;
     }
-    tab->bytes = sizeof *tab + arena_bytes(tab->a) +
-                 (tab->slot ? (size_t)tree_index_node_count(c->t) * sizeof *tab->slot : 0);
+    if ((rc = fill_records(tab, c->t, err)))
+        goto fail;
+    size_t n = (size_t)tree_index_node_count(c->t);
+    tab->bytes = sizeof *tab + arena_bytes(tab->a) + n * sizeof *tab->rec + tab->bytes_extra +
+                 (tab->slot ? n * sizeof *tab->slot : 0);
     *value = tab;
     *bytes = tab->bytes;
     return 0;
@@ -378,4 +471,117 @@ int tx_finish(json_out *j, api_response *res, const char *hint, cellar_error *er
     res->status = 200;
     res->content_type = "application/json";
     return 0;
+}
+
+void tx_append_str(buf *b, const char *s, size_t n)
+{
+    if (plain_text(s, n)) {
+        char *p = buf_reserve(b, n + 2);
+        if (!p)
+            return;
+        p[0] = '"';
+        memcpy(p + 1, s, n);
+        p[n + 1] = '"';
+        b->len += n + 2;
+        return;
+    }
+    json_out j;
+    json_out_init(&j, b, 0, NULL);
+    json_out_strn(&j, s, n);
+    json_out_destroy(&j);
+}
+
+static void append_lit(buf *b, const char *lit, size_t n)
+{
+    buf_append(b, lit, n);
+}
+
+#define LIT(b, s) append_lit(b, s, sizeof s - 1)
+
+static void append_i64(buf *b, int64_t v)
+{
+    char *p = buf_reserve(b, NUMBER_TEXT_MAX);
+    if (p)
+        b->len += fmt_i64(v, p);
+}
+
+static void append_f64(buf *b, double v)
+{
+    char *p = buf_reserve(b, NUMBER_TEXT_MAX);
+    if (!p)
+        return;
+    size_t n = fmt_f64(v, p);
+    if (!n)
+        LIT(b, "null");
+    b->len += n;
+}
+
+static void append_meta(buf *b, const tx_column *c, int32_t s)
+{
+    const column_values *cv = &c->vals;
+    dtype_kind dt = cv->dtype;
+    const void *data = cv->data;
+    int64_t i = s;
+    if (cv->missing && cv->missing[s]) {
+        LIT(b, "null");
+        return;
+    }
+    if (cv->column->encoding == COL_CATEGORICAL) {
+        i = ((const int64_t *)cv->data)[s];
+        if (i < 0 || i >= cv->n_categories) {
+            LIT(b, "null");
+            return;
+        }
+        dt = cv->categories_dtype;
+        data = cv->categories;
+    }
+    if (dt == DT_STRING) {
+        const char *text = ((char *const *)data)[i];
+        if (text)
+            tx_append_str(b, text, strlen(text));
+        else
+            LIT(b, "null");
+        return;
+    }
+    char *p = buf_reserve(b, NUMBER_TEXT_MAX);
+    if (!p)
+        return;
+    size_t n = fmt_typed(dt, data, i, "true", "false", p);
+    if (!n)
+        LIT(b, "null");
+    b->len += n;
+}
+
+void tx_append_node(buf *b, const tx_req *tr, int32_t v, int collapsed)
+{
+    const tx_rec *r = &tr->tab->rec[tr->tab->rank[v]];
+    LIT(b, "{\"node_id\":");
+    append_i64(b, v);
+    LIT(b, ",\"parent_id\":");
+    append_i64(b, r->parent);
+    LIT(b, ",\"name\":");
+    if (r->name_len >= 0) {
+        tx_append_str(b, r->name, (size_t)r->name_len);
+    } else {
+        tx_append_str(b, r->name, strlen(r->name));
+    }
+    LIT(b, ",\"x_dist\":");
+    append_f64(b, r->x_dist);
+    LIT(b, ",\"y\":");
+    append_f64(b, r->y);
+    LIT(b, ",\"num_tips\":");
+    append_i64(b, r->num_tips);
+    if (r->is_tip)
+        LIT(b, ",\"is_tip\":true,\"mutations\":[]");
+    else
+        LIT(b, ",\"is_tip\":false,\"mutations\":[]");
+    for (size_t c = 0; r->slot >= 0 && c < tr->tab->n_cols; c++) {
+        buf_putc(b, ',');
+        tx_append_str(b, tr->tab->cols[c].meta, strlen(tr->tab->cols[c].meta));
+        buf_putc(b, ':');
+        append_meta(b, &tr->tab->cols[c], r->slot);
+    }
+    if (collapsed)
+        LIT(b, ",\"collapsed\":true");
+    buf_putc(b, '}');
 }

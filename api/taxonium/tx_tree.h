@@ -25,15 +25,31 @@ typedef struct tx_column {
     column_values vals;      /* at the rows listed in tx_table.rows order */
 } tx_column;
 
+/* What a node's JSON needs, in one place (one cache line instead of one
+ * miss per index array), in the order nodes/ writes them (by y), so that
+ * an answer reads the records and their names nearly in sequence. */
+typedef struct tx_rec {
+    double x_dist, y;
+    const char *name;
+    int32_t name_len;        /* bytes; -1 when the name needs escaping */
+    int32_t parent;          /* node_id of the parent, itself for a root */
+    int32_t num_tips;
+    int32_t slot;            /* index into the columns' values, -1 none */
+    int32_t is_tip;
+} tx_rec;
+
 /* Built once per store version and tree (store_derived), immutable. */
 typedef struct tx_table {
+    tx_rec *rec;             /* by y rank: nodes sorted by y, then preorder */
+    int32_t *rank;           /* per node: its index in rec */
+    char *names;             /* the ids, in rec's order (rec[].name points in) */
     arena *a;
     double scale_x, scale_y;
     double max_x, max_y;     /* extents in Taxonium units (mins are 0) */
     int32_t *slot;           /* per node: index into the columns' values, -1 none */
     size_t n_cols;
     tx_column *cols;
-    size_t bytes;
+    size_t bytes, bytes_extra;
 } tx_table;
 
 typedef struct tx_req {
@@ -69,6 +85,15 @@ double tx_y(const tx_req *tr, int32_t v);
  * x_dist, y, num_tips, is_tip, mutations [], meta_* for a node that names a
  * row), without its closing brace, so callers may add members. */
 void tx_write_node_open(json_out *j, const tx_req *tr, int32_t v);
+
+/* Appends node v as the Taxonium node object tx_write_node_open writes,
+ * closed, with "collapsed":true when `collapsed`, straight into b (the
+ * nodes/ answer's hot path). */
+void tx_append_node(buf *b, const tx_req *tr, int32_t v, int collapsed);
+
+/* Appends s (n bytes) to b as a JSON string (any bytes: invalid UTF-8
+ * replaced, controls escaped). */
+void tx_append_str(buf *b, const char *s, size_t n);
 
 /* Writes the meta value of column c for node v (null when it has none). */
 void tx_write_meta(json_out *j, const tx_req *tr, const tx_column *c, int32_t v);

@@ -93,8 +93,11 @@ static int has_children(const tree_index *t, int32_t v)
 static void visit_list(thin_run *r, const int32_t *list, int32_t n)
 {
     const tree_index *t = r->t;
-    int32_t lo, hi;
-    tree_index_y_span(t, list, n, r->box->y0, r->box->y1, &lo, &hi);
+    int32_t lo = 0, hi = n;
+    /* A few siblings are scanned (meets() skips those outside): a binary
+     * search would read their leaf ranges twice. */
+    if (n > 16)
+        tree_index_y_span(t, list, n, r->box->y0, r->box->y1, &lo, &hi);
     int32_t best = -1;
     int64_t best_row = 0;
     for (int32_t i = lo; i <= hi; i++) {
