@@ -484,7 +484,7 @@ static enum MHD_Result send_not_modified(request_ctx *ctx, struct MHD_Connection
             !strcasecmp(ctx->res.headers[i].name, "Last-Modified") ||
             !strcasecmp(ctx->res.headers[i].name, "Cache-Control"))
             MHD_add_response_header(r, ctx->res.headers[i].name, ctx->res.headers[i].value);
-    if (ctx->route.id != ROUTE_ZARR_RAW)
+    if (!router_is_zarr_key(ctx->route.id))
         MHD_add_response_header(r, "Vary", "Accept, Accept-Encoding");
     ctx->status = 304;
     ctx->bytes_out = 0;
@@ -577,7 +577,7 @@ static enum MHD_Result send_body(request_ctx *ctx, struct MHD_Connection *conn, 
     const char *ae = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept-Encoding");
     const char *encoding = NULL;
     int stored = extra && extra->stored_bytes;
-    int ranged = status == 200 && !ctx->not_modified && ctx->route.id != ROUTE_ZARR_RAW &&
+    int ranged = status == 200 && !ctx->not_modified && !router_is_zarr_key(ctx->route.id) &&
                  content_ranged(content_type);
     char content_range[96] = "";
     if (ranged && apply_range(ctx, conn, body, &status, content_range, sizeof content_range)) {
@@ -697,7 +697,7 @@ static enum MHD_Result send_direct(request_ctx *ctx, struct MHD_Connection *conn
     }
     struct MHD_Response *r = NULL;
     char content_range[96] = "";
-    int ranged = res->fd >= 0 && ctx->route.id != ROUTE_ZARR_RAW && (res->status == 200 || !res->status) &&
+    int ranged = res->fd >= 0 && !router_is_zarr_key(ctx->route.id) && (res->status == 200 || !res->status) &&
                  content_ranged(res->content_type);
     if (ranged && range_of_file(ctx, conn, res, content_range, sizeof content_range))
         return send_problem_range(ctx, conn, content_range);
@@ -952,7 +952,10 @@ static int run_handler(request_ctx *ctx, cellar_error *err)
         int rc = ctx->route.handler(req, &ctx->res, err);
         if (!req->store)
             return rc;
-        if (ctx->route.id == ROUTE_ZARR_RAW || store_unchanged(req->store)) {
+        /* Zarr keys of a zarr store carry their own files' validators; those
+         * of an HDF5 store's zarr view come from the file as any answer. */
+        if ((router_is_zarr_key(ctx->route.id) && store_get_backend(req->store) == BACKEND_ZARR) ||
+            store_unchanged(req->store)) {
             store_answered(req->store);
             return rc;
         }
@@ -982,7 +985,7 @@ static int run_handler(request_ctx *ctx, cellar_error *err)
         rc = api_open_store(req, err);
         if (rc)
             return rc;
-        if (ctx->route.id != ROUTE_ZARR_RAW && router_method(req->method) != METHOD_POST &&
+        if (!router_is_zarr_key(ctx->route.id) && router_method(req->method) != METHOD_POST &&
             name_representation(ctx))
             return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
         /* A conditional that held for the old version says nothing of this one. */
@@ -1159,7 +1162,7 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
         api_h5grove_store(req, &err))
         return send_problem(ctx, conn, &err, NULL);
     /* The raw zarr route answers conditionals with each key's validators. */
-    if (ctx->route.needs_store && ctx->route.id != ROUTE_ZARR_RAW) {
+    if (ctx->route.needs_store && !router_is_zarr_key(ctx->route.id)) {
         rc = api_open_store(req, &err);
         if (rc && router_is_h5grove(ctx->route.id))
             rc = api_h5grove_open_error(&err);
@@ -1205,7 +1208,7 @@ static enum MHD_Result dispatch(request_ctx *ctx, struct MHD_Connection *conn, c
     /* Preconditions count only for an answer that would be a 2xx (RFC 9110
      * 13.2.1): a missing element or a bad parameter keeps its own status. */
     int status = ctx->res.status ? ctx->res.status : 200;
-    if (ctx->route.needs_store && ctx->route.id != ROUTE_ZARR_RAW && method != METHOD_POST &&
+    if (ctx->route.needs_store && !router_is_zarr_key(ctx->route.id) && method != METHOD_POST &&
         status >= 200 && status < 300 && precondition_failed(ctx, conn, &err)) {
         discard_response(&ctx->res);
         return send_problem(ctx, conn, &err, NULL);

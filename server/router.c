@@ -75,6 +75,7 @@ static const route_def routes[ROUTE_COUNT] = {
     [ROUTE_H5GROVE_DATA] = {ROUTE_H5GROVE_DATA, "/h5grove/data/", api_h5grove_data, READ},
     [ROUTE_H5GROVE_PATHS] = {ROUTE_H5GROVE_PATHS, "/h5grove/paths/", api_h5grove_paths, READ},
     [ROUTE_H5GROVE_STATS] = {ROUTE_H5GROVE_STATS, "/h5grove/stats/", api_h5grove_stats, READ},
+    [ROUTE_ZARR_CSC] = {ROUTE_ZARR_CSC, "/v1/stores/{store}/zarr-csc/{key}", api_zarr_csc, READ},
 };
 
 /* Element routes under an AnnData prefix: literal segments, "*" captures. */
@@ -317,7 +318,7 @@ static int match_element(char **seg, size_t n, api_request *req, route_match *ou
 /* /zarr/{key...}: the key is the decoded segments joined by '/'; a segment
  * that decoded to hold '/' (%2F) names no file, and "" is left to the
  * handler to refuse. */
-static int match_zarr_key(char **seg, size_t n, api_request *req, route_match *out)
+static int match_zarr_key(char **seg, size_t n, api_request *req, route_match *out, route_id id)
 {
     size_t total = 1;
     for (size_t i = 0; i < n; i++) {
@@ -334,9 +335,9 @@ static int match_zarr_key(char **seg, size_t n, api_request *req, route_match *o
             strcat(key, "/");
         strcat(key, seg[i]);
     }
-    req->element = "zarr";
+    req->element = id == ROUTE_ZARR_CSC ? "zarr-csc" : "zarr";
     req->key = key;
-    set_route(out, ROUTE_ZARR_RAW);
+    set_route(out, id);
     return 0;
 }
 
@@ -351,7 +352,9 @@ static int match_store_rest(char **seg, size_t n, api_request *req, route_match 
         return 0;
     }
     if (n >= 1 && !strcmp(seg[0], "zarr"))
-        return match_zarr_key(seg + 1, n - 1, req, out);
+        return match_zarr_key(seg + 1, n - 1, req, out, ROUTE_ZARR_RAW);
+    if (n >= 1 && !strcmp(seg[0], "zarr-csc"))
+        return match_zarr_key(seg + 1, n - 1, req, out, ROUTE_ZARR_CSC);
     if (n == 2 && (!strcmp(seg[0], "obsmap") || !strcmp(seg[0], "varmap"))) {
         req->element = seg[0];
         req->mod = seg[1];

@@ -43,6 +43,7 @@ typedef enum route_id {
     ROUTE_H5GROVE_DATA,
     ROUTE_H5GROVE_PATHS,
     ROUTE_H5GROVE_STATS,
+    ROUTE_ZARR_CSC,
     ROUTE_COUNT
 } route_id;
 
@@ -64,6 +65,13 @@ typedef struct route_match {
 /* Whether id is one of the /h5grove/ routes (the store is named by their
  * `file` parameter; errors carry h5grove's "message" too). */
 int router_is_h5grove(route_id id);
+
+/* Whether a route answers zarr keys (the raw route and the zarr-csc view):
+ * their handlers answer validators, Range and conditionals per key. */
+static inline int router_is_zarr_key(route_id id)
+{
+    return id == ROUTE_ZARR_RAW || id == ROUTE_ZARR_CSC;
+}
 
 /* Name of a route for metrics labels. */
 const char *router_route_name(route_id id);

@@ -12,6 +12,7 @@
 #include "storage/anndata/matrix.h"
 #include "storage/registry.h"
 #include "storage/trees/trees.h"
+#include "storage/zarr/zarr.h"
 
 /* A jansson document under construction: set() steals v and records an
  * allocation failure instead of checking at every call. */
@@ -320,6 +321,21 @@ static int summary_treedata(doc *d, store *s, node *root, arena *a, cellar_error
     return 0;
 }
 
+/* Where zarr clients read the store (relative to the store's URL): zarr/
+ * for zarr-python, zarrita.js and anndata/mudata/treedata's read_zarr (a
+ * zarr store's own keys, or the zarr v2 view of an HDF5 file), zarr-csc/
+ * for clients that read genes of CSR matrices by column (Vitessce). */
+static json_t *zarr_summary(doc *d, store *s)
+{
+    json_t *o = json_object();
+    int hdf5 = store_get_backend(s) == BACKEND_HDF5;
+    set(d, o, "prefix", json_string("zarr/"));
+    set(d, o, "csc_prefix", hdf5 ? json_string("zarr-csc/") : json_null());
+    set(d, o, "hdf5_view", json_boolean(hdf5));
+    set(d, o, "zarr_format", json_integer(hdf5 ? 2 : zarr_format(store_root(s))));
+    return o;
+}
+
 /* The summary document of store s into d->root. */
 static int summary_doc(doc *d, store *s, arena *a, cellar_error *err)
 {
@@ -340,6 +356,7 @@ static int summary_doc(doc *d, store *s, arena *a, cellar_error *err)
         store_total_bytes(s, &bytes) == 0 ? json_integer((json_int_t)bytes) : json_null());
     set(d, d->root, "mtime", iso_time(store_mtime(s)));
     set(d, d->root, "etag", json_string(store_etag(s)));
+    set(d, d->root, "zarr", zarr_summary(d, s));
     set(d, d->root, "shape", shape2(d, ai.n_obs, ai.n_vars));
     set(d, d->root, "obs", frame_summary(d, root, "obs", a));
     set(d, d->root, "var", frame_summary(d, root, "var", a));

@@ -56,11 +56,23 @@
 
 #include "api/zarr/routes.h"
 #include "api/encode/problem.h"
+#include "storage/h5zarr/h5zarr.h"
 #include "storage/zarr/zarr.h"
 #include "common/byte_range.h"
 #include "common/validators.h"
 
 #define KEY_MAX 2048
+/* How long a key of the zarr-csc view waits for its matrix's column index
+ * to be built before it is answered 503 (Retry-After). */
+#define VIEW_INDEX_WAIT_SECONDS 30.0
+
+/* The zarr keys a request reads: a .zarr (or zip) store's own, or the zarr
+ * view of an HDF5 store (storage/h5zarr/h5zarr.h), as a zarr tree. */
+typedef struct zkeys {
+    node *root;         /* the zarr tree (store_root, or the view's) */
+    const char *prefix; /* the route's segment: "zarr" or "zarr-csc" */
+    const char *tag;    /* names this tree's built documents among the version's */
+} zkeys;
 
 
 
@@ -405,11 +417,13 @@ static void free_zmetadata(void *value)
 
 /* The consolidated document built for this store version (cached), or
  * NULL text when there is nothing to build. */
-static int built_doc_get(store *s, int v3, const built_doc **out, cellar_error *err)
+static int built_doc_get(store *s, const zkeys *zk, int v3, const built_doc **out,
+                         cellar_error *err)
 {
     void *value = NULL;
-    int rc = store_derived(s, v3 ? "zarr-raw:zarr.json" : "zarr-raw:.zmetadata",
-                           v3 ? build_zarr_json : build_zmetadata, store_root(s),
+    char key[64];
+    snprintf(key, sizeof key, "%s:%s", zk->tag, v3 ? "zarr.json" : ".zmetadata");
+    int rc = store_derived(s, key, v3 ? build_zarr_json : build_zmetadata, zk->root,
                            free_zmetadata, &value, err);
     *out = value;
     return rc;
@@ -807,6 +821,17 @@ static int serve_kept(api_request *req, api_response *res, raw_keys *keys, const
 
 /* ---- keys of other sources (zip stores) ---- */
 
+/* Why a key of an HDF5 view is missing, when it lies under a dataset the
+ * view leaves out, else the plain 404. */
+static int missing_key(const zkeys *zk, const char *key, const char *name, cellar_error *err)
+{
+    int rc = h5zarr_explain_missing(zk->root, key, err);
+    if (rc)
+        return rc;
+    return cellar_fail(err, CELLAR_ENOTFOUND, "no key '%.300s' in zarr store '%.300s'", key,
+                       name);
+}
+
 /* Reads the parts of a multipart answer from an opened key of a source. */
 typedef struct source_span {
     zarr_source *src;
@@ -825,16 +850,16 @@ static int read_source(const void *ctx, uint64_t off, size_t n, char *to)
 /* The built consolidated document to answer key with instead of the key
  * itself (a v2 .zmetadata that is missing, a v3 root zarr.json without
  * consolidated metadata), or NULL. */
-static int built_instead(store *s, const char *key, int found, const built_doc **out,
-                         cellar_error *err)
+static int built_instead(store *s, const zkeys *zk, const char *key, int found,
+                         const built_doc **out, cellar_error *err)
 {
     *out = NULL;
-    int v2_missing = !found && !strcmp(key, ".zmetadata") && zarr_format(store_root(s)) == 2;
+    int v2_missing = !found && !strcmp(key, ".zmetadata") && zarr_format(zk->root) == 2;
     int v3_root = found && !strcmp(key, "zarr.json");
     if (!v2_missing && !v3_root)
         return 0;
     const built_doc *doc = NULL;
-    int rc = built_doc_get(s, v3_root, &doc, err);
+    int rc = built_doc_get(s, zk, v3_root, &doc, err);
     if (!rc && doc->text)
         *out = doc;
     return rc;
@@ -847,18 +872,18 @@ static int built_instead(store *s, const char *key, int found, const built_doc *
  * are sent from it (sendfile of their byte range), others (deflated)
  * decoded into the body; a zip written in the last SETTLED_SECONDS is
  * copied, as a recently written file key is. */
-static int serve_source_key(api_request *req, api_response *res, const char *key,
-                            cellar_error *err)
+static int serve_source_key(api_request *req, api_response *res, const zkeys *zk,
+                            const char *key, cellar_error *err)
 {
     store *s = req->store;
     const char *name = store_name(s);
-    zarr_source *src = zarr_store_source(store_root(s));
+    zarr_source *src = zarr_store_source(zk->root);
     zarr_key k;
     int rc = src->ops->open_key(src, key, &k, err);
     if (rc)
         return rc;
     const built_doc *built = NULL;
-    rc = built_instead(s, key, k.found, &built, err);
+    rc = built_instead(s, zk, key, k.found, &built, err);
     if (rc || built) {
         src->ops->close_key(src, &k);
         return rc ? rc : serve_built_doc(req, res, built, k.found ? "consolidated" : "zmetadata",
@@ -866,8 +891,7 @@ static int serve_source_key(api_request *req, api_response *res, const char *key
     }
     if (!k.found) {
         src->ops->close_key(src, &k);
-        return cellar_fail(err, CELLAR_ENOTFOUND, "no key '%.300s' in zarr store '%.300s'", key,
-                           name);
+        return missing_key(zk, key, name, err);
     }
     char suffix[48];
     snprintf(suffix, sizeof suffix, "z%08" PRIx32 "-%" PRIx64, k.has_crc32 ? k.crc32 : 0,
@@ -943,11 +967,12 @@ static int put_html(buf *out, const char *text)
  * answer a directory (fsspec's HTTP filesystem lists a directory by
  * reading the links of its page): one absolute link per entry the raw
  * route serves, directories ending in '/'. */
-static int index_page(api_request *req, const char *rel, const char **names, size_t n, buf *out)
+static int index_page(api_request *req, const zkeys *zk, const char *rel, const char **names,
+                      size_t n, buf *out)
 {
     buf base = {0};
     int rc = buf_puts(&base, "/v1/stores/") || put_url_path(&base, store_name(req->store)) ||
-             buf_puts(&base, "/zarr/") || (rel[0] && (put_url_path(&base, rel) ||
+             buf_putc(&base, '/') || buf_puts(&base, zk->prefix) || buf_putc(&base, '/') || (rel[0] && (put_url_path(&base, rel) ||
                                                       buf_putc(&base, '/'))) ||
              buf_putc(&base, '\0');
     if (!rc) {
@@ -970,15 +995,15 @@ static int index_page(api_request *req, const char *rel, const char **names, siz
 
 /* Answers directory rel ("" for the store's own) with its index; 0 with
  * *answered = 0 when rel is no directory of the store. */
-static int serve_directory(api_request *req, api_response *res, const char *rel, int *answered,
-                           cellar_error *err)
+static int serve_directory(api_request *req, api_response *res, const zkeys *zk, const char *rel,
+                           int *answered, cellar_error *err)
 {
     *answered = 0;
     const char **names = NULL;
     size_t n = 0;
     cellar_error local;
     cellar_error_clear(&local);
-    int rc = zarr_key_directory(store_root(req->store), rel, req->arena, &names, &n, &local);
+    int rc = zarr_key_directory(zk->root, rel, req->arena, &names, &n, &local);
     if (rc == CELLAR_ENOTFOUND)
         return 0;
     if (rc) {
@@ -987,7 +1012,7 @@ static int serve_directory(api_request *req, api_response *res, const char *rel,
     }
     *answered = 1;
     buf page = {0};
-    if (index_page(req, rel, names, n, &page) != 0) {
+    if (index_page(req, zk, rel, names, n, &page) != 0) {
         buf_destroy(&page);
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
     }
@@ -1014,26 +1039,18 @@ static char *directory_of(arena *a, const char *key)
     return rel && key_is_safe(rel) ? rel : NULL;
 }
 
-int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
+/* Answers req->key of the zarr keys zk of the request's store. */
+static int serve_zarr_key(api_request *req, api_response *res, const zkeys *zk,
+                          cellar_error *err)
 {
-    /* No parameter check: a key is a file, and signed or cache-busting
-     * URLs (?token=..., ?v=3) that zarrita.js and fsspec send must reach
-     * it, as on a static file server. */
-    int rc = api_open_store(req, err);
-    if (rc)
-        return rc;
+    int rc;
     store *s = req->store;
     const char *name = store_name(s);
-    if (store_get_backend(s) != BACKEND_ZARR)
-        return cellar_fail(err, CELLAR_ENOTFOUND,
-                           "store '%.300s' is HDF5: raw zarr keys are served for .zarr stores "
-                           "only (a virtual zarr view of HDF5 stores is planned)",
-                           name);
     const char *key = req->key ? req->key : "";
     const char *dir = directory_of(req->arena, key);
     if (dir || !*key) {
         int answered = 0;
-        rc = dir ? serve_directory(req, res, dir, &answered, err) : 0;
+        rc = dir ? serve_directory(req, res, zk, dir, &answered, err) : 0;
         if (rc || answered)
             return rc;
         return cellar_fail(err, CELLAR_ENOTFOUND, "no directory '%.300s' in zarr store '%.300s'",
@@ -1047,18 +1064,20 @@ int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
     }
     /* Only what zarr reads: metadata files and declared chunk keys; never
      * .git/config, .env, editor backups or other files kept beside. */
-    if (!zarr_store_has_key(store_root(s), key)) {
+    if (!zarr_store_has_key(zk->root, key)) {
         int answered = 0;
-        rc = serve_directory(req, res, key, &answered, err);
+        rc = serve_directory(req, res, zk, key, &answered, err);
         if (rc || answered)
             return rc;
+        if (h5zarr_is_view(zk->root))
+            return missing_key(zk, key, name, err);
         fprintf(stderr, "cellar: refused zarr key '%.300s' of '%.300s' (not a zarr key)\n",
                 log_text(req->arena, key), name);
         return cellar_fail(err, CELLAR_ENOTFOUND, "no key '%.300s' in zarr store '%.300s'", key,
                            name);
     }
-    if (zarr_directory_fd(store_root(s)) < 0)
-        return serve_source_key(req, res, key, err);
+    if (zarr_directory_fd(zk->root) < 0)
+        return serve_source_key(req, res, zk, key, err);
     raw_keys *keys = NULL;
     rc = raw_keys_get(s, &keys, err);
     if (rc)
@@ -1072,14 +1091,14 @@ int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
     int missing = 0;
     int orc = open_key(req->arena, keys, store_path(s), store_etag(s), key, hash, &o, &missing);
     const built_doc *built = NULL;
-    if (orc && missing && !strcmp(key, ".zmetadata") && zarr_format(store_root(s)) == 2) {
-        rc = built_doc_get(s, 0, &built, err);
+    if (orc && missing && !strcmp(key, ".zmetadata") && zarr_format(zk->root) == 2) {
+        rc = built_doc_get(s, zk, 0, &built, err);
         return rc ? rc : serve_built_doc(req, res, built, "zmetadata", err);
     }
     /* A v3 store without consolidated metadata: its root zarr.json is
      * answered with every node's document inlined. */
     if (!orc && !strcmp(key, "zarr.json")) {
-        rc = built_doc_get(s, 1, &built, err);
+        rc = built_doc_get(s, zk, 1, &built, err);
         if (rc) {
             close(o.fd);
             return rc;
@@ -1125,4 +1144,57 @@ int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
     res->fd_offset = first;
     res->fd_length = len;
     return 0;
+}
+
+/* The zarr keys of the request's store: its own (a .zarr or zip store), or
+ * the zarr view of an HDF5 store (csc: CSR matrices as CSC). */
+static int zarr_keys_of(api_request *req, int csc, zkeys *zk, cellar_error *err)
+{
+    store *s = req->store;
+    zk->prefix = csc ? "zarr-csc" : "zarr";
+    if (store_get_backend(s) != BACKEND_HDF5) {
+        if (csc)
+            return cellar_fail(err, CELLAR_ENOTFOUND,
+                               "store '%.300s' is a zarr store: zarr-csc/ serves the zarr view of "
+                               "HDF5 stores, read its keys under zarr/",
+                               store_name(s));
+        zk->root = store_root(s);
+        zk->tag = "zarr-raw";
+        return 0;
+    }
+    const api_config *cfg = req->config;
+    h5zarr_options o = {
+        .csc = csc,
+        .index = {.cache_dir = cfg ? cfg->cache_dir : NULL,
+                  .submit = cfg ? cfg->submit_background : NULL,
+                  .submit_ctx = cfg ? cfg->background_ctx : NULL,
+                  .max_bytes = cfg ? cfg->column_index_max_bytes : 0},
+        .index_wait_seconds = VIEW_INDEX_WAIT_SECONDS,
+        .max_chunk_bytes = cfg ? cfg->max_response_bytes : 0,
+    };
+    zk->tag = csc ? "h5zarr-csc" : "h5zarr";
+    return h5zarr_view(s, &o, &zk->root, err);
+}
+
+static int serve_route(api_request *req, api_response *res, int csc, cellar_error *err)
+{
+    /* No parameter check: a key is a file, and signed or cache-busting
+     * URLs (?token=..., ?v=3) that zarrita.js and fsspec send must reach
+     * it, as on a static file server. */
+    int rc = api_open_store(req, err);
+    if (rc)
+        return rc;
+    zkeys zk;
+    rc = zarr_keys_of(req, csc, &zk, err);
+    return rc ? rc : serve_zarr_key(req, res, &zk, err);
+}
+
+int api_zarr_raw(api_request *req, api_response *res, cellar_error *err)
+{
+    return serve_route(req, res, 0, err);
+}
+
+int api_zarr_csc(api_request *req, api_response *res, cellar_error *err)
+{
+    return serve_route(req, res, 1, err);
 }

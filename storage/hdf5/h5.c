@@ -1789,7 +1789,7 @@ static int direct_fetch_unallocated(const node *n, const h5_node *h, const hsize
         count[d] = cdims[d] < left ? cdims[d] : left;
         bytes *= cdims[d]; /* bounded by the plan's chunk size check */
     }
-    b = malloc(bytes);
+    b = calloc(1, bytes); /* the padding of an edge chunk stays zero */
     fspace = H5Dget_space(h->obj);
     mspace = H5Screate_simple(ndim, cdims, NULL);
     if (!b) {
@@ -1953,6 +1953,146 @@ done:
     free(temp);
     dim_plan_free(&p0);
     return rc;
+}
+
+/* ---------------------------------------------------- the zarr view */
+
+/* numpy's typestr of values of dtype k stored in order big (0/1). */
+static void storage_typestr(dtype_kind k, int big, char out[8])
+{
+    size_t size = dtype_size(k);
+    char kind = k == DT_BOOL ? 'b' : dtype_is_float(k) ? 'f' : dtype_is_signed(k) ? 'i' : 'u';
+    snprintf(out, 8, "%c%c%zu", size == 1 ? '|' : big ? '>' : '<', kind, size);
+}
+
+/* deflate's level in dcpl's pipeline, -1 when it has none. */
+static int deflate_level(hid_t dcpl)
+{
+    int nf = H5Pget_nfilters(dcpl);
+    for (int i = 0; i < nf && i < H5D_MAX_FILTERS; i++) {
+        unsigned flags = 0, config = 0, cd[8] = {0};
+        size_t ncd = sizeof cd / sizeof cd[0];
+        char name[64];
+        if (H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, cd, sizeof name, name, &config) ==
+            H5Z_FILTER_DEFLATE)
+            return ncd >= 1 && cd[0] <= 9 ? (int)cd[0] : 6;
+    }
+    return -1;
+}
+
+int h5_zarr_storage(node *n, h5_storage *out)
+{
+    memset(out, 0, sizeof *out);
+    out->deflate_level = -1;
+    out->fd = -1;
+    if (n->ops != &h5_ops || n->info.type != NODE_ARRAY || ((h5_node *)n->impl)->field)
+        return -1; /* a field of a compound dataset is no dataset of its own */
+    h5_quiet();
+    h5_node *h = n->impl;
+    hid_t dcpl = H5Dget_create_plist(h->obj);
+    if (dcpl < 0)
+        return -1;
+    hsize_t cdims[NODE_MAX_DIMS];
+    if (n->info.ndim >= 1 && H5Pget_layout(dcpl) == H5D_CHUNKED &&
+        H5Pget_chunk(dcpl, NODE_MAX_DIMS, cdims) == n->info.ndim) {
+        out->chunked = 1;
+        for (int d = 0; d < n->info.ndim; d++)
+            out->chunk[d] = cdims[d] >= 1 && cdims[d] <= (hsize_t)INT64_MAX ? (int64_t)cdims[d] : 1;
+    }
+    if (!dtype_is_numeric(n->info.dtype)) {
+        H5Pclose(dcpl);
+        return 0;
+    }
+    if (h->memtype >= 0 && H5Tget_size(h->memtype) <= sizeof out->fill &&
+        H5Pget_fill_value(dcpl, h->memtype, out->fill) >= 0)
+        out->has_fill = 1;
+    const h5d_plan *p = atomic_load(&h5_direct_mode) ? direct_plan_get(n, h) : NULL;
+    const h5_node *root = n->root->impl;
+    if (p && root->fd >= 0) {
+        const h5d_layout *l = h5d_plan_layout(p);
+        int native_big = H5Tget_order(H5T_NATIVE_INT) == H5T_ORDER_BE;
+        storage_typestr(n->info.dtype, l->swap ? !native_big : native_big, out->typestr);
+        if (l->contiguous) {
+            out->kind = H5_STORE_CONTIGUOUS;
+            out->offset = l->addr;
+            out->fd = root->fd;
+        } else if (l->nfilters == 0 ||
+                   (l->nfilters == 1 && l->filters[0].id == H5D_FILTER_DEFLATE)) {
+            out->kind = H5_STORE_CHUNKS;
+            out->deflate_level = l->nfilters ? deflate_level(dcpl) : -1;
+        } else {
+            out->kind = H5_STORE_DECODED;
+        }
+    }
+    H5Pclose(dcpl);
+    return 0;
+}
+
+const char *h5_type_class_name(node *n)
+{
+    if (n->ops != &h5_ops || n->info.type != NODE_ARRAY)
+        return "unknown";
+    const h5_node *h = n->impl;
+    h5_quiet();
+    switch (h->ftype >= 0 ? H5Tget_class(h->ftype) : H5T_NO_CLASS) {
+    case H5T_INTEGER: return "integer";
+    case H5T_FLOAT: return "float";
+    case H5T_TIME: return "time";
+    case H5T_STRING: return "string";
+    case H5T_BITFIELD: return "bitfield";
+    case H5T_OPAQUE: return "opaque";
+    case H5T_COMPOUND: return "compound";
+    case H5T_REFERENCE: return "reference";
+    case H5T_ENUM: return "enum";
+    case H5T_VLEN: return "vlen";
+    case H5T_ARRAY: return "array";
+    default: return "unknown";
+    }
+}
+
+int h5_zarr_chunk(node *n, const int64_t *cidx, h5_chunk_bytes *out, cellar_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->fd = -1;
+    h5_storage st;
+    if (h5_zarr_storage(n, &st) || (st.kind != H5_STORE_CHUNKS && st.kind != H5_STORE_DECODED))
+        return cellar_fail(err, CELLAR_EINVAL, "'%s' has no stored chunks", n->path);
+    h5_node *h = n->impl;
+    const h5d_plan *p = direct_plan_get(n, h);
+    const h5_node *root = n->root->impl;
+    h5d_stored s;
+    int rc = h5d_chunk_stored(p, direct_fetch, n, cidx, &s, n->path, err);
+    if (rc || !s.allocated)
+        return rc;
+    out->allocated = 1;
+    if (st.kind == H5_STORE_CHUNKS) {
+        const h5d_layout *l = h5d_plan_layout(p);
+        uint32_t all = l->nfilters ? (uint32_t)((1u << l->nfilters) - 1) : 0;
+        out->raw = (s.mask & all) == all;
+        out->size = s.size;
+        if (s.buf) {
+            out->data = s.buf;
+        } else {
+            out->fd = root->fd;
+            out->offset = s.addr;
+        }
+        return 0;
+    }
+    size_t cb = h5d_plan_chunk_bytes(p);
+    out->data = malloc(cb ? cb : 1);
+    if (!out->data)
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", n->path);
+    else
+        rc = h5d_chunk_decode(p, root->fd, &s, out->data, n->path, err);
+    free(s.buf);
+    if (rc) {
+        free(out->data);
+        out->data = NULL;
+        out->allocated = 0;
+        return rc;
+    }
+    out->size = cb;
+    return 0;
 }
 
 static int h5_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cellar_error *err)

@@ -77,6 +77,63 @@ void h5_set_direct_reads(int mode);
  * For tests and diagnostics. */
 int h5_direct_kind(node *n);
 
+/* ---- for the zarr view of HDF5 stores (storage/h5zarr/) ---- */
+
+/* How the values of a numeric or bool dataset lie in the file, so that the
+ * zarr view can serve them as they are stored. */
+typedef enum h5_store_kind {
+    H5_STORE_NONE = 0,   /* read them with node_read (compact layout, filters or
+                          * types direct reads do not take, not allocated) */
+    H5_STORE_CONTIGUOUS, /* one run of the file from `offset`, every element as stored */
+    H5_STORE_CHUNKS,     /* HDF5 chunks, each stored as it is (no filter) or deflated only */
+    H5_STORE_DECODED,    /* HDF5 chunks through a pipeline cellar decodes (shuffle,
+                          * Fletcher-32, LZF, deflate with them): h5_zarr_chunk decodes */
+} h5_store_kind;
+
+typedef struct h5_storage {
+    h5_store_kind kind;
+    /* numpy's typestr of the stored bytes ("<f4", ">i2", "|b1"; bools as
+     * HDF5 stores them: one byte, 0 false), for every kind but NONE */
+    char typestr[8];
+    int chunked;                   /* chunked in HDF5 (any kind): chunk[] is its chunk shape */
+    int64_t chunk[NODE_MAX_DIMS];
+    uint64_t offset;               /* CONTIGUOUS: absolute file offset */
+    int fd;                        /* CONTIGUOUS: the store's file (borrowed: valid while the tree is) */
+    int deflate_level;             /* CHUNKS: deflate's level, -1 when unfiltered */
+    int has_fill;                  /* fill holds the fill value (native byte order, as node_read) */
+    unsigned char fill[8];
+} h5_storage;
+
+/* Fills *out for the dataset n (making its direct-read plan when not made
+ * yet); kind, typestr and fill only for numeric and bool datasets.  0; -1
+ * when n is not an HDF5 dataset (a group, a field of a compound dataset;
+ * *out then says H5_STORE_NONE). */
+int h5_zarr_storage(node *n, h5_storage *out);
+
+/* The HDF5 type class of dataset n ("compound", "reference", "opaque",
+ * "bitfield", "array", "vlen", "time", "enum", "integer", "float",
+ * "string"), or "unknown". */
+const char *h5_type_class_name(node *n);
+
+/* One chunk of a dataset of kind H5_STORE_CHUNKS or H5_STORE_DECODED. */
+typedef struct h5_chunk_bytes {
+    int allocated;       /* 0: never written, it reads as the fill value */
+    int fd;              /* >= 0: the bytes are [offset, offset + size) of the
+                          * store's file (borrowed: valid while the tree is) */
+    uint64_t offset, size;
+    uint8_t *data;       /* fd < 0: size bytes, malloc'd (the caller frees) */
+    int raw;             /* CHUNKS only: the stored bytes skip the filter (deflate
+                          * left this chunk as it was), so they are the values */
+} h5_chunk_bytes;
+
+/* The chunk at grid coordinates cidx of n: for H5_STORE_CHUNKS its stored
+ * bytes exactly as in the file (a deflate stream, or the values), for
+ * H5_STORE_DECODED the whole chunk decoded (stored byte order).  Errors:
+ * CELLAR_ERANGE (no such chunk), CELLAR_EINVAL (not one of those kinds),
+ * CELLAR_EFORMAT (a chunk that cannot be, or does not decode), CELLAR_EIO,
+ * CELLAR_ENOMEM. */
+int h5_zarr_chunk(node *n, const int64_t *cidx, h5_chunk_bytes *out, cellar_error *err);
+
 /* ---- for the probe's walk (storage/hdf5/h5_probe.c) ---- */
 
 /* An identity of n's HDF5 object within its file (hard links to one object

@@ -973,3 +973,110 @@ done:
     free(r.span);
     return rc;
 }
+
+/* ---------------------------------------------------------- whole chunks */
+
+const h5d_layout *h5d_plan_layout(const h5d_plan *p)
+{
+    return &p->l;
+}
+
+size_t h5d_plan_chunk_bytes(const h5d_plan *p)
+{
+    return p->chunk_bytes;
+}
+
+int h5d_chunk_stored(const h5d_plan *p, h5d_fetch_fn fetch, void *fetch_ctx, const int64_t *cidx,
+                     h5d_stored *out, const char *what, cellar_error *err)
+{
+    const h5d_layout *l = &p->l;
+    memset(out, 0, sizeof *out);
+    if (l->contiguous)
+        return cellar_fail(err, CELLAR_EINVAL, "'%s' is not chunked", WHAT(what));
+    uint64_t gidx = 0;
+    int64_t start[NODE_MAX_DIMS];
+    for (int d = 0; d < l->ndim; d++) {
+        if (cidx[d] < 0 || cidx[d] >= p->grid[d])
+            return cellar_fail(err, CELLAR_ERANGE, "no such chunk of '%s'", WHAT(what));
+        gidx += (uint64_t)cidx[d] * p->gstride[d];
+        start[d] = cidx[d] * p->chunk[d];
+    }
+    if (p->has_table) {
+        const h5d_entry *e = table_find(p, gidx);
+        if (e) {
+            *out = (h5d_stored){.allocated = 1, .addr = e->addr, .size = e->size, .mask = e->mask};
+        }
+        return 0;
+    }
+    if (!fetch)
+        return cellar_fail(err, CELLAR_EINTERNAL, "no way to read chunks of '%s'", WHAT(what));
+    uint8_t *buf = NULL;
+    size_t n = 0;
+    uint32_t mask = 0;
+    int rc = fetch(fetch_ctx, start, p->max_stored, &buf, &n, &mask, err);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    if (!buf)
+        return 0;
+    int unfiltered = (mask & p->all_filters) == p->all_filters;
+    if (n == 0 || n > p->max_stored || (unfiltered && n != p->chunk_bytes)) {
+        free(buf);
+        return cellar_fail(err, CELLAR_EFORMAT, "a chunk of '%s' has an impossible size (%zu bytes)",
+                           WHAT(what), n);
+    }
+    *out = (h5d_stored){.allocated = 1, .size = n, .buf = buf, .mask = mask};
+    return 0;
+}
+
+int h5d_chunk_decode(const h5d_plan *p, int fd, const h5d_stored *st, uint8_t *out,
+                     const char *what, cellar_error *err)
+{
+    size_t es = p->l.elem_size, cb = p->chunk_bytes;
+    if (p->l.contiguous)
+        return cellar_fail(err, CELLAR_EINVAL, "'%s' is not chunked", WHAT(what));
+    if (!st->allocated) {
+        for (size_t i = 0; i + es <= cb; i += es)
+            memcpy(out + i, p->fill_stored, es);
+        return 0;
+    }
+    int unfiltered = (st->mask & p->all_filters) == p->all_filters;
+    if (st->size == 0 || st->size > p->max_stored || (unfiltered && st->size != cb))
+        return cellar_fail(err, CELLAR_EFORMAT, "a chunk of '%s' has an impossible size (%llu bytes)",
+                           WHAT(what), (unsigned long long)st->size);
+    size_t n = (size_t)st->size;
+    uint8_t *stored = st->buf, *b0 = NULL, *b1 = NULL, *own = NULL;
+    int rc = 0;
+    if (!stored) {
+        own = malloc(n);
+        if (!own)
+            return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", WHAT(what));
+        rc = pread_all(fd, own, n, st->addr, what, err);
+        if (rc)
+            goto done;
+        stored = own;
+    }
+    if (unfiltered) {
+        memcpy(out, stored, cb);
+        goto done;
+    }
+    rc = check_stored_size(p, n, st->mask, what, err);
+    if (rc)
+        goto done;
+    b0 = malloc(cb + 4 * H5D_MAX_FILTERS);
+    b1 = malloc(cb + 4 * H5D_MAX_FILTERS);
+    if (!b0 || !b1) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", WHAT(what));
+        goto done;
+    }
+    const uint8_t *data = NULL;
+    rc = decode_chunk(p, stored, n, st->mask, b0, b1, &data, what, err);
+    if (!rc)
+        memcpy(out, data, cb);
+done:
+    free(own);
+    free(b0);
+    free(b1);
+    return rc;
+}

@@ -108,6 +108,38 @@ int h5d_read(const h5d_plan *p, int fd, h5d_fetch_fn fetch, void *fetch_ctx,
              const dim_sel *sel, void *out, size_t out_bytes, const char *what,
              cellar_error *err);
 
+/* ---- whole chunks (the zarr view, storage/h5zarr/) ---- */
+
+/* The layout the plan was made from (borrowed from the plan). */
+const h5d_layout *h5d_plan_layout(const h5d_plan *p);
+
+/* Bytes of one whole chunk of a chunked plan (edge chunks included: HDF5
+ * stores them whole). */
+size_t h5d_plan_chunk_bytes(const h5d_plan *p);
+
+/* Where the stored bytes of one chunk are. */
+typedef struct h5d_stored {
+    int allocated;    /* 0: never written, it reads as the fill value */
+    uint64_t addr;    /* buf NULL: the bytes are [addr, addr + size) of the file */
+    uint64_t size;
+    uint8_t *buf;     /* else the bytes, malloc'd (the caller frees), size of them */
+    uint32_t mask;    /* filters skipped for this chunk (bit i: filter i) */
+} h5d_stored;
+
+/* Finds the stored bytes of the chunk at grid coordinates cidx of a chunked
+ * plan: from its table (an address and size checked against the file and
+ * the chunk size), or through fetch (the bytes themselves).  CELLAR_ERANGE
+ * for coordinates outside the grid, CELLAR_EFORMAT for an impossible
+ * chunk, CELLAR_EINVAL for a contiguous plan, and what fetch returns. */
+int h5d_chunk_stored(const h5d_plan *p, h5d_fetch_fn fetch, void *fetch_ctx, const int64_t *cidx,
+                     h5d_stored *out, const char *what, cellar_error *err);
+
+/* Decodes a whole chunk found by h5d_chunk_stored (the fill value when not
+ * allocated) into out (h5d_plan_chunk_bytes(p) bytes), in the stored byte
+ * order.  fd is the file (pread only).  Errors as h5d_read. */
+int h5d_chunk_decode(const h5d_plan *p, int fd, const h5d_stored *st, uint8_t *out,
+                     const char *what, cellar_error *err);
+
 /* HDF5's Fletcher-32 of n bytes (as its fletcher32 filter stores it,
  * little-endian, after the data). */
 uint32_t h5d_fletcher32(const uint8_t *data, size_t n);

@@ -175,7 +175,11 @@ static int walk_array(walk *w, node *n, cellar_error *err)
             return 0;
     if (in->dtype == DT_STRING)
         return read_strings(w, n, in, err);
-    /* Makes the direct-read plan, as the first read in the server would. */
+    /* Makes the direct-read plan, as the first read in the server would,
+     * and asks what the zarr view asks (layout, chunk shape, filters and
+     * the fill value). */
+    h5_storage st;
+    h5_zarr_storage(n, &st);
     int kind = h5_direct_kind(n);
     if (kind == 1)
         return 0; /* read with pread and cellar's own, bounded decoders */

@@ -10,7 +10,8 @@
  * server will: it opens every group and link, reads every attribute
  * (object references resolved), maps every dataset's type and dataspace,
  * makes each dataset's direct-read plan (layout, filters, and the chunk
- * table of small chunked datasets), looks up every chunk of the others in
+ * table of small chunked datasets) and asks what the zarr view asks of it
+ * (h5_zarr_storage: chunk shape, deflate level, fill value), looks up every chunk of the others in
  * the chunk index, and reads through libhdf5 what the server reads through
  * it: string arrays (variable-length strings come from the global heap)
  * and numeric datasets that direct reads do not take (compact layout, LZF

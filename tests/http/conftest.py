@@ -362,3 +362,32 @@ def assert_json(resp) -> dict:
     ctype = resp.headers.get("Content-Type", "")
     assert ctype.split(";")[0].strip() == "application/json", f"Content-Type {ctype!r}"
     return resp.json()
+
+
+# ------------------------------------------------------------ zarrita.js
+ZARR_CLIENTS = Path(__file__).resolve().parent / "zarr_clients"
+
+
+@pytest.fixture(scope="session")
+def node_clients() -> str:
+    """node, with zarrita installed from the committed lock file (npm ci)
+    once; tests/http/zarr_clients/read_array.mjs reads one array with it."""
+    import shutil
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node or not npm:
+        pytest.fail("node and npm are needed for the zarrita.js tests (apt-get install nodejs npm)",
+                    pytrace=False)
+    if not (ZARR_CLIENTS / "node_modules" / "zarrita").is_dir():
+        r = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--prefix", str(ZARR_CLIENTS)],
+                           capture_output=True, text=True, timeout=240)
+        assert r.returncode == 0, f"npm ci failed:\n{r.stdout}\n{r.stderr}"
+    return node
+
+
+def zarrita_read(node: str, url: str, path: str, *rows) -> dict:
+    """{"dtype", "shape", "data"} of array `path` of the zarr store at url, read
+    by zarrita.js (rows: a start and stop along the first axis)."""
+    r = subprocess.run([node, str(ZARR_CLIENTS / "read_array.mjs"), url, path, *map(str, rows)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"zarrita failed on {path}:\n{r.stderr}"
+    return json.loads(r.stdout)

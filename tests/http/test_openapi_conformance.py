@@ -150,6 +150,8 @@ def known_names(srv) -> dict[str, list[str]]:
         if entry["backend"] == "hdf5":
             for k, v in element_keys(EXAMPLES / store).items():
                 names[k] |= v
+            # chunk keys of the zarr view of HDF5 stores (and its zarr-csc variant)
+            names["zarr_keys"].update(["X/0.0", "X/indptr/0", "X/data/0", "obsm/X_umap/0.0"])
         else:
             names["zarr_keys"].update(["zarr.json", "X", "obs", "obs/zarr.json", "X/zarr.json",
                                        "X/c/0/0"])
@@ -199,7 +201,7 @@ def write_config(path: Path, names: dict[str, list[str]]) -> None:
             lines.append(f"{toml_str(param)} = {{ dictionary = {toml_str(dictionary)}, "
                          f"probability = {p} }}")
     if "zarr_keys" in names:
-        lines += ["", "[[operations]]", 'include-path-regex = "/zarr/"',
+        lines += ["", "[[operations]]", 'include-path-regex = "/zarr(-csc)?/"',
                   'parameters = { "path.key" = { dictionary = "zarr_keys", probability = 0.8 } }']
     # h5grove's routes (api/h5grove/): files named by the file parameter,
     # and 422 for what the data cannot give (dtype=safe of strings, /data/

@@ -14,7 +14,6 @@ import email.utils
 import json
 import os
 import shutil
-import subprocess
 import time
 import warnings
 from pathlib import Path
@@ -26,17 +25,16 @@ import pytest
 
 import zarr_writers as Z
 from compare import check_frame_csv, check_frame_json, expected_dtype
-from conftest import assert_json, assert_problem, store_path
+from conftest import assert_json, assert_problem, store_path, zarrita_read
 
 # writing the ~30 fixture stores takes 20-40 s on the 2-core machines (more
 # under the sanitizers), inside the first test's time
 pytestmark = pytest.mark.timeout(300)
 
 HERE = Path(__file__).resolve().parent
-CLIENTS = HERE / "zarr_clients"
 
 # keys of the summary that name the file rather than describe its content
-FILE_KEYS = {"name", "backend", "bytes", "mtime", "etag", "notes"}
+FILE_KEYS = {"name", "backend", "bytes", "mtime", "etag", "notes", "zarr"}
 
 
 # ------------------------------------------------------------ fixtures
@@ -554,9 +552,12 @@ def test_raw_methods(zserver):
         assert r.headers["ETag"] == plain.headers["ETag"]
 
 
-def test_raw_on_hdf5_store_is_404_planned(zserver):
+def test_raw_on_hdf5_store_is_its_zarr_view(zserver):
+    """HDF5 stores answer the keys of their zarr view (issue 13,
+    tests/http/test_zarr_view.py); a store that is not there stays 404."""
     for store in (Z.AD_H5, Z.MU_H5, Z.TD_H5):
-        assert_problem(zserver.get(raw(store, "X/.zarray")), 404, detail_contains="planned")
+        r = zserver.get(raw(store, ".zgroup"))
+        assert r.status_code == 200 and r.json() == {"zarr_format": 2}, (store, r.text)
     assert_problem(zserver.get(raw("nope.zarr", ".zgroup")), 404)
 
 
@@ -762,27 +763,6 @@ def test_anndata_read_zarr_over_http_equals_local(zserver, local):
         assert dict(remote.uns["params"]) == dict(here.uns["params"])
 
 
-@pytest.fixture(scope="module")
-def node_clients():
-    """Installs zarrita from the committed lock file (npm ci) once."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        pytest.fail("node and npm are needed for the zarrita.js test (apt-get install nodejs npm)",
-                    pytrace=False)
-    if not (CLIENTS / "node_modules" / "zarrita").is_dir():
-        r = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--prefix", str(CLIENTS)],
-                           capture_output=True, text=True, timeout=240)
-        assert r.returncode == 0, f"npm ci failed:\n{r.stdout}\n{r.stderr}"
-    return node
-
-
-def _zarrita(node, url: str, path: str, *rows) -> dict:
-    r = subprocess.run([node, str(CLIENTS / "read_array.mjs"), url, path, *map(str, rows)],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, f"zarrita failed:\n{r.stderr}"
-    return json.loads(r.stdout)
-
-
 @pytest.mark.parametrize("store", [Z.V2, Z.V3_SHARDED, "ad_v3_chunked_gzip.zarr", "ad_v2_blosc.zarr"])
 def test_zarrita_reads_arrays_equal_to_local(zserver, zroot, node_clients, store):
     import zarr
@@ -790,7 +770,7 @@ def test_zarrita_reads_arrays_equal_to_local(zserver, zroot, node_clients, store
     for path, rows in (("X", ()), ("X", (15, 35)), ("obs/i64", ()), ("obs/f32", ()),
                        ("obs/cat/codes", ())):
         offset = zserver.log_offset()
-        got = _zarrita(node_clients, _remote(zserver, store), path, *rows)
+        got = zarrita_read(node_clients, _remote(zserver, store), path, *rows)
         if store == Z.V3_SHARDED and path == "X":
             # inner chunks come out of the shards by Range (206)
             gets = [ln for ln in _server_log_since(zserver, offset)
@@ -816,7 +796,7 @@ def test_zarrita_reads_through_signed_urls(zserver, zroot, node_clients, store):
     loc = zarr.open_group(zroot / store, mode="r")
     url = _remote(zserver, store) + "/?X-Amz-Signature=0f3a9c&v=3&token=abc%20def"
     for path, rows in (("X", ()), ("X", (15, 35)), ("obs/cat/codes", ())):
-        got = _zarrita(node_clients, url, path, *rows)
+        got = zarrita_read(node_clients, url, path, *rows)
         exp = loc[path][slice(*rows) if rows else slice(None)]
         assert got["shape"] == list(exp.shape), (path, got["shape"])
         data = np.array(got["data"], dtype=exp.dtype).reshape(exp.shape)
