@@ -208,49 +208,6 @@ typedef struct child_run {
     int status;
 } child_run;
 
-#if defined(__SANITIZE_ADDRESS__)
-extern char **environ;
-
-/* Sanitizer builds: AddressSanitizer keeps 256 MB of freed memory in
- * quarantine, which would count against the probe's resident bound; the
- * child gets a small quarantine (its reports are not what is tested). */
-static char **probe_environment(char **owned)
-{
-    *owned = NULL;
-    static const char extra[] = "quarantine_size_mb=16";
-    size_t n = 0;
-    while (environ[n])
-        n++;
-    char **env = calloc(n + 2, sizeof *env);
-    if (!env)
-        return NULL;
-    size_t k = 0;
-    int replaced = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!strncmp(environ[i], "ASAN_OPTIONS=", 13)) {
-            size_t len = strlen(environ[i]) + sizeof extra + 1;
-            char *v = malloc(len);
-            if (v)
-                snprintf(v, len, "%s:%s", environ[i], extra);
-            env[k++] = v ? v : environ[i];
-            *owned = v;
-            replaced = v != NULL;
-        } else {
-            env[k++] = environ[i];
-        }
-    }
-    if (!replaced)
-        env[k++] = (char *)"ASAN_OPTIONS=quarantine_size_mb=16";
-    return env;
-}
-
-static void probe_environment_free(char **env, char *owned)
-{
-    free(owned);
-    free(env);
-}
-#endif
-
 /* Starts `<this binary> --probe path` (or `--probe-reader SIZE` with the
  * reads of rd on fd 3) with its limits; -1 when it cannot. */
 static int child_start(const probe_runner_config *cfg, const char *path, const probe_reader *rd,
@@ -273,15 +230,7 @@ static int child_start(const probe_runner_config *cfg, const char *path, const p
     struct rlimit cpu_limit = {cpu, cpu + 1}, no_core = {0, 0};
     sigset_t none;
     sigemptyset(&none);
-#if defined(__SANITIZE_ADDRESS__)
-    char *env_owned = NULL;
-    char **env = probe_environment(&env_owned);
-#endif
     pid_t pid = fork();
-#if defined(__SANITIZE_ADDRESS__)
-    if (pid != 0)
-        probe_environment_free(env, env_owned);
-#endif
     if (pid < 0) {
         close(fds[0]);
         close(fds[1]);
@@ -304,10 +253,6 @@ static int child_start(const probe_runner_config *cfg, const char *path, const p
         setrlimit(RLIMIT_CPU, &cpu_limit);
         setrlimit(RLIMIT_CORE, &no_core);
         sigprocmask(SIG_SETMASK, &none, NULL);
-#if defined(__SANITIZE_ADDRESS__)
-        if (env)
-            execve("/proc/self/exe", argv, env);
-#endif
         execv("/proc/self/exe", argv);
         _exit(127);
     }

@@ -166,6 +166,13 @@ def test_a_refused_version_is_remembered_and_a_new_version_probed_again(damaged_
     after = sum(probes(s, o) for o in ("ok", "unreadable", "crashed", "timed_out", "out_of_memory"))
     assert after == before, "a remembered version must not be probed again"
     assert "could not be read safely" in body["detail"] or "corrupt" in body["detail"]
+    # Logged once for the version, however often it is asked for.
+    for _ in range(3):
+        assert_problem(s.get(f"/v1/stores/{name}/var"), 422)
+    s.log_lines_since(0)  # the access log flushed: every request so far is in the log
+    refusals = [ln for ln in s.log.read_text(errors="replace").splitlines()
+                if f"store '{name}' is refused in this version" in ln]
+    assert len(refusals) == 1, refusals
     # The file replaced by a good one: a new version, probed and served.
     ok_before = probes(s, "ok")
     tmp = damaged_root / ".replace.tmp"
