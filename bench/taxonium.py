@@ -96,6 +96,15 @@ def targets(out):
     return t
 
 
+def cpu_ms(r):
+    """cellar's CPU time per answer at 1 connection (its CPU share over the
+    run divided by the answers): on a VM whose cores other work shares, the
+    cost of an answer, where the p50 also holds the waits for a core."""
+    if not r or "cpu_pct" not in r or not r.get("rps"):
+        return "—"
+    return f"{r['cpu_pct'] / 100 / r['rps'] * 1000:.1f}"
+
+
 def markdown(cfg, out):
     m = out["manifest"]
     L = []
@@ -105,19 +114,19 @@ def markdown(cfg, out):
              "`meta_clone` on the leaves. Answer cache off: every answer is made from the "
              "tree index (a repeated view is answered from the cache, faster).")
     L.append("")
-    head = "| query | store | nodes in the answer | body bytes |"
+    head = "| query | store | nodes in the answer | body bytes | cellar CPU ms per answer c1 |"
     for c in out["conns"]:
         head += f" req/s c{c} | p50 ms c{c} | p99 ms c{c} |"
     L.append(head + " errors |")
-    L.append("|" + "---|" * (5 + 3 * len(out["conns"])))
+    L.append("|" + "---|" * (6 + 3 * len(out["conns"])))
     for qid, label, paths in out["queries"]:
         for store, st in out["stores"].items():
             q = st.get(qid) or {}
             if "note" in q:
-                L.append(f"| {label} | `{store}` | {q['note']} |" + " |" * (2 + 3 * len(out["conns"])))
+                L.append(f"| {label} | `{store}` | {q['note']} |" + " |" * (3 + 3 * len(out["conns"])))
                 continue
             row = (f"| {label} ({len(paths)} path{'s' if len(paths) > 1 else ''}) | `{store}` | "
-                   f"{q.get('nodes', '—')} | {q.get('body_bytes', '—')} |")
+                   f"{q.get('nodes', '—')} | {q.get('body_bytes', '—')} | {cpu_ms(q.get(1))} |")
             errors = 0
             for c in out["conns"]:
                 r = q.get(c)
@@ -127,6 +136,11 @@ def markdown(cfg, out):
                 errors += r["errors"]
                 row += f" {r['rps']:,.0f} | {R.fmt_ms(r['p50_us'])} | {R.fmt_ms(r['p99_us'])} |"
             L.append(row + f" {errors} |")
+    L.append("")
+    L.append("cellar CPU ms per answer: cellar's CPU share over the 1-connection run divided "
+             "by its answers, the cost of one answer on a core of its own; the p50 also holds "
+             "the time the answer waited for a core on this shared VM (the machine's load is "
+             "in the header).")
     L.append("")
     L.append("Nodes in the answer: of the first path (the whole tree; the first zoomed box). "
              "`nodes/` thins a box to 2000 bins along y plus their ancestors "

@@ -324,7 +324,7 @@ static int32_t thin_hits(const tx_req *tr, int32_t *hits, int32_t k, const doubl
     int32_t m = 0;
     for (int32_t i = 0; i < k; i++) {
         int32_t v = hits[i];
-        double x = tx_x(tr, v), y = tx_y(tr, v);
+        double x = tx_round(tx_x(tr, v), 5), y = tx_round(tx_y(tr, v), 6);
         if (!(y > b[2] && y < b[3]))
             continue;
         keys[m++] = (cell_key){isfinite(px) ? round(x * px) : 0, isfinite(py) ? round(y * py) : 0,

@@ -362,6 +362,12 @@ int tx_box_params(api_request *req, const tx_req *tr, double box[4], cellar_erro
     return bounds(req, "min_y", "max_y", tr->tab->max_y, &box[2], &box[3], err);
 }
 
+double tx_round(double v, int dp)
+{
+    static const double scale[] = {1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6};
+    return isfinite(v) && fabs(v) < 1e12 ? (double)llround(v * scale[dp]) / scale[dp] : v;
+}
+
 double tx_x(const tx_req *tr, int32_t v)
 {
     return tree_index_x(tr->t, v) * tr->tab->scale_x;
@@ -444,9 +450,9 @@ void tx_write_node_open(json_out *j, const tx_req *tr, int32_t v)
     json_out_str(j, "name");
     json_out_str(j, tree_index_id(t, v));
     json_out_str(j, "x_dist");
-    json_out_f64(j, tx_x(tr, v));
+    json_out_f64(j, tx_round(tx_x(tr, v), 5));
     json_out_str(j, "y");
-    json_out_f64(j, tx_y(tr, v));
+    json_out_f64(j, tx_round(tx_y(tr, v), 6));
     json_out_str(j, "num_tips");
     json_out_int(j, tree_index_leaf_count(t, v));
     json_out_str(j, "is_tip");
@@ -505,14 +511,43 @@ static void append_i64(buf *b, int64_t v)
         b->len += fmt_i64(v, p);
 }
 
-static void append_f64(buf *b, double v)
+/* v rounded to `dp` decimals (as Taxonium's backend rounds x_dist to 5
+ * and y to 6), written without trailing zeros; shortest round trip past
+ * 1e12, where the fixed form would not fit. */
+static void append_fixed(buf *b, double v, int dp)
 {
+    static const double scale[] = {1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6};
     char *p = buf_reserve(b, NUMBER_TEXT_MAX);
     if (!p)
         return;
-    size_t n = fmt_f64(v, p);
-    if (!n)
-        LIT(b, "null");
+    if (!isfinite(v) || fabs(v) >= 1e12) {
+        size_t n = fmt_f64(v, p);
+        if (!n)
+            LIT(b, "null");
+        b->len += n;
+        return;
+    }
+    int64_t q = llround(v * scale[dp]);
+    size_t n = 0;
+    if (q < 0) {
+        p[n++] = '-';
+        q = -q;
+    }
+    int64_t ip = q / (int64_t)scale[dp], fp = q % (int64_t)scale[dp];
+    n += fmt_i64(ip, p + n);
+    if (fp) {
+        char frac[8];
+        for (int i = dp - 1; i >= 0; i--) {
+            frac[i] = (char)('0' + fp % 10);
+            fp /= 10;
+        }
+        int len = dp;
+        while (len > 0 && frac[len - 1] == '0')
+            len--;
+        p[n++] = '.';
+        memcpy(p + n, frac, (size_t)len);
+        n += (size_t)len;
+    }
     b->len += n;
 }
 
@@ -566,9 +601,9 @@ void tx_append_node(buf *b, const tx_req *tr, int32_t v, int collapsed)
         tx_append_str(b, r->name, strlen(r->name));
     }
     LIT(b, ",\"x_dist\":");
-    append_f64(b, r->x_dist);
+    append_fixed(b, r->x_dist, 5);
     LIT(b, ",\"y\":");
-    append_f64(b, r->y);
+    append_fixed(b, r->y, 6);
     LIT(b, ",\"num_tips\":");
     append_i64(b, r->num_tips);
     if (r->is_tip)

@@ -77,12 +77,16 @@ int tx_node_id(const tx_req *tr, const char *name, const char *id, int32_t *out,
  * x_dist.  400 for a min above its max. */
 int tx_box_params(api_request *req, const tx_req *tr, double box[4], cellar_error *err);
 
-/* Taxonium x / y of a node. */
+/* v rounded to dp (0..6) decimals, as nodes are sent: Taxonium's backend
+ * rounds x_dist to 5 and y to 6. */
+double tx_round(double v, int dp);
+
+/* Taxonium x / y of a node (unrounded). */
 double tx_x(const tx_req *tr, int32_t v);
 double tx_y(const tx_req *tr, int32_t v);
 
 /* Writes node v as a Taxonium node object (node_id, parent_id, name,
- * x_dist, y, num_tips, is_tip, mutations [], meta_* for a node that names a
+ * x_dist and y rounded to 5 and 6 decimals, num_tips, is_tip, mutations [], meta_* for a node that names a
  * row), without its closing brace, so callers may add members. */
 void tx_write_node_open(json_out *j, const tx_req *tr, int32_t v);
 
