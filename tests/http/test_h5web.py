@@ -10,7 +10,6 @@ Screenshots are kept in tests/artifacts/."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,12 +17,15 @@ import h5py
 import numpy as np
 import pytest
 
+import browser_pages
+
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "tests" / "browser" / "h5web"
 LAUNCHER = REPO / "tests" / "browser" / "viewer"
 ARTIFACTS = REPO / "tests" / "artifacts"
-CHROMIUM = Path("/usr/bin/chromium")
 FILE = "scans/matrix.h5"
+# esbuild's bundle and five page loads in Chromium (about 40 s on a quiet machine)
+pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
@@ -49,20 +51,11 @@ def h5web_server(h5web_root, server_factory):
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        pytest.fail("node and npm are needed for the h5web test (make deps)", pytrace=False)
-    if not CHROMIUM.exists():
-        pytest.fail("/usr/bin/chromium is needed for the h5web test (make deps)", pytrace=False)
-    for folder, package in ((LAUNCHER, "playwright-core"), (PAGE, "@h5web/app")):
-        if not (folder / "node_modules" / package).is_dir():
-            r = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--prefix", str(folder)],
-                               capture_output=True, text=True, timeout=900)
-            assert r.returncode == 0, f"npm ci in {folder} failed:\n{r.stdout}\n{r.stderr}"
+    node, npm = browser_pages.node_and_npm("the h5web test")
+    browser_pages.npm_ready(npm, LAUNCHER, "playwright-core")
+    browser_pages.npm_ready(npm, PAGE, "@h5web/app")
     dist = tmp_path_factory.mktemp("h5web-page")
-    r = subprocess.run([node, str(PAGE / "build.mjs"), str(dist)], capture_output=True, text=True,
-                       timeout=300, cwd=PAGE)
-    assert r.returncode == 0, f"esbuild failed:\n{r.stdout}\n{r.stderr}"
+    browser_pages.build_page(node, PAGE, dist)
     ARTIFACTS.mkdir(exist_ok=True)
 
     def run(grove: str, views: list[dict]) -> dict:

@@ -6,31 +6,11 @@
 // tests/http/test_h5web.py judges it against h5py's read.  Usage:
 //   node drive.mjs '{"dist": DIR, "artifacts": DIR, "grove": URL,
 //                    "file": NAME, "views": [{"name": N, "path": P}]}'
-import { launch, openPage } from '../viewer/browser.mjs';
-import { createServer } from 'node:http';
-import { readFile } from 'node:fs/promises';
-import { extname, join, normalize } from 'node:path';
+import { launch, openPage, servePage } from '../viewer/browser.mjs';
+import { join } from 'node:path';
 
 const config = JSON.parse(process.argv[2]);
 const TIMEOUT = 60000;
-const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8',
-  '.css': 'text/css', '.woff2': 'font/woff2', '.svg': 'image/svg+xml' };
-
-function servePage(dir) {
-  const server = createServer(async (req, res) => {
-    let path = normalize(decodeURIComponent(new URL(req.url, 'http://x').pathname)).replace(/^(\.\.[/\\])+/, '');
-    if (path === '/') path = '/index.html';
-    try {
-      const body = await readFile(join(dir, path));
-      res.writeHead(200, { 'Content-Type': TYPES[extname(path)] || 'application/octet-stream' });
-      res.end(body);
-    } catch {
-      res.writeHead(404);
-      res.end();
-    }
-  });
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
-}
 
 // The matrix grid (role grid, rows with aria-rowindex, cells with
 // aria-colindex, 1-based): its size and every value cell it shows as

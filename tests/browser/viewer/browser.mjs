@@ -43,3 +43,26 @@ export async function openPage(context) {
   page.on('request', (r) => log.requests.push({ url: r.url(), headers: r.headers() }));
   return { page, log };
 }
+
+// Serves the files of dir (a built page) on 127.0.0.1 at a free port, as
+// a second origin beside cellar's; resolves to the node http server.
+export async function servePage(dir) {
+  const { createServer } = await import('node:http');
+  const { readFile } = await import('node:fs/promises');
+  const { extname, normalize } = await import('node:path');
+  const types = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8',
+    '.css': 'text/css', '.woff2': 'font/woff2', '.svg': 'image/svg+xml' };
+  const server = createServer(async (req, res) => {
+    let path = normalize(decodeURIComponent(new URL(req.url, 'http://x').pathname)).replace(/^(\.\.[/\\])+/, '');
+    if (path === '/') path = '/index.html';
+    try {
+      const body = await readFile(join(dir, path));
+      res.writeHead(200, { 'Content-Type': types[extname(path)] || 'application/octet-stream' });
+      res.end(body);
+    } catch {
+      res.writeHead(404);
+      res.end();
+    }
+  });
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
+}
