@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -40,20 +39,20 @@ import requests
 import scipy.sparse as sp
 import zarr
 
+import browser_pages
 import viewer_writers
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "tests" / "browser" / "vitessce"
 LAUNCHER = REPO / "tests" / "browser" / "viewer"
 ARTIFACTS = REPO / "tests" / "artifacts"
-CHROMIUM = Path("/usr/bin/chromium")
 GENE = "CD3E"  # marks the first cluster (viewer_writers.cells), drawn right of the centre
 OTHER_GENE = "LYZ"  # marks the fourth, opposite it (left of the centre)
 ZARR_CHUNK = 1024  # elements per chunk of cells.zarr's X/data, X/indices
 # Chromium's console line for a fetch answered 404.
 PROBE_404 = "console: Failed to load resource: the server responded with a status of 404 (Not Found)"
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = pytest.mark.timeout(600)  # esbuild and four page loads on a busy machine
 
 
 # ------------------------------------------------------------ fixtures
@@ -100,20 +99,11 @@ def vserver(vit_root, server_factory):
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
     """Runs tests/browser/vitessce/drive.mjs on a page bundled for this run."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        pytest.fail("node and npm are needed for the Vitessce test (make deps)", pytrace=False)
-    if not CHROMIUM.exists():
-        pytest.fail("/usr/bin/chromium is needed for the Vitessce test (make deps)", pytrace=False)
-    for folder, package in ((LAUNCHER, "playwright-core"), (PAGE, "vitessce")):
-        if not (folder / "node_modules" / package).is_dir():
-            r = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--prefix", str(folder)],
-                               capture_output=True, text=True, timeout=900)
-            assert r.returncode == 0, f"npm ci in {folder} failed:\n{r.stdout}\n{r.stderr}"
+    node, npm = browser_pages.node_and_npm("the Vitessce test")
+    browser_pages.npm_ready(npm, LAUNCHER, "playwright-core")
+    browser_pages.npm_ready(npm, PAGE, "vitessce")
     dist = tmp_path_factory.mktemp("vitessce-page")
-    r = subprocess.run([node, str(PAGE / "build.mjs"), str(dist)], capture_output=True, text=True,
-                       timeout=300, cwd=PAGE)
-    assert r.returncode == 0, f"esbuild failed:\n{r.stdout}\n{r.stderr}"
+    browser_pages.build_page(node, PAGE, dist)
     ARTIFACTS.mkdir(exist_ok=True)
 
     def run(views: list[dict]) -> dict:

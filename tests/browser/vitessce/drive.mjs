@@ -5,31 +5,11 @@
 // console errors.  tests/http/test_vitessce.py judges it.  Usage:
 //   node drive.mjs '{"dist": DIR, "artifacts": DIR,
 //                    "views": [{"name": N, "config": {...}}, ...]}'
-import { launch, openPage } from '../viewer/browser.mjs';
-import { createServer } from 'node:http';
-import { readFile } from 'node:fs/promises';
-import { extname, join, normalize } from 'node:path';
+import { launch, openPage, servePage } from '../viewer/browser.mjs';
+import { join } from 'node:path';
 
 const config = JSON.parse(process.argv[2]);
 const TIMEOUT = 60000;
-const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.css': 'text/css' };
-
-// The built page, from an origin of its own (as Vitessce is deployed apart
-// from the data): cellar's CORS answers are part of what is tested.
-function servePage(dir) {
-  const server = createServer(async (req, res) => {
-    const path = normalize(decodeURIComponent(new URL(req.url, 'http://x').pathname)).replace(/^(\.\.[/\\])+/, '');
-    try {
-      const body = await readFile(join(dir, path === '/' ? 'index.html' : path));
-      res.writeHead(200, { 'Content-Type': TYPES[extname(path)] || 'application/octet-stream' });
-      res.end(body);
-    } catch {
-      res.writeHead(404);
-      res.end();
-    }
-  });
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
-}
 
 // Pixels of a PNG (a screenshot), counted in the page: how many differ from
 // the background (the most common colour), how many distinct colours, a
@@ -150,6 +130,8 @@ async function view(context, pageBase, { name, config: vc }) {
   return out;
 }
 
+// The built page from an origin of its own (as Vitessce is deployed apart
+// from the data): cellar's CORS answers are part of what is tested.
 const pageServer = await servePage(config.dist);
 const pageBase = `http://127.0.0.1:${pageServer.address().port}`;
 const browser = await launch();
