@@ -32,6 +32,7 @@ static void table_free(void *v)
     if (!tab)
         return;
     free(tab->rec);
+    free(tab->thin);
     free(tab->rank);
     free(tab->names);
     free(tab->slot);
@@ -222,7 +223,9 @@ static int fill_records(tx_table *tab, const tree_index *t, cellar_error *err)
         rec->is_tip = nc == 0;
     }
     free(order);
-    tab->bytes_extra = pool + (size_t)n * (sizeof *tab->rank);
+    if (!(tab->thin = tree_thin_nodes(t)))
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    tab->bytes_extra = pool + (size_t)n * (sizeof *tab->rank + sizeof *tab->thin);
     return 0;
 }
 

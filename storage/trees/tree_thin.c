@@ -12,6 +12,7 @@ typedef struct thin_key {
 
 typedef struct thin_run {
     const tree_index *t;
+    const tree_thin_node *nd;  /* or NULL: the index's getters */
     const tree_thin_box *box;
     double h;            /* row height */
     int32_t *stack;      /* expanded nodes whose children are still to visit */
@@ -45,16 +46,6 @@ static int grow(void **p, int32_t *cap, size_t size)
     return 0;
 }
 
-static void emit(thin_run *r, int32_t v, int collapsed)
-{
-    if (r->out_n == r->out_cap && grow((void **)&r->out, &r->out_cap, sizeof *r->out)) {
-        r->failed = 1;
-        return;
-    }
-    r->out[r->out_n++] = (thin_key){tree_index_y(r->t, v), tree_index_preorder(r->t, v), v,
-                                    collapsed};
-}
-
 static void push(thin_run *r, int32_t v)
 {
     if (r->stack_n == r->stack_cap && grow((void **)&r->stack, &r->stack_cap, sizeof *r->stack)) {
@@ -64,71 +55,101 @@ static void push(thin_run *r, int32_t v)
     r->stack[r->stack_n++] = v;
 }
 
-static double leaf_lo(const tree_index *t, int32_t v)
+tree_thin_node *tree_thin_nodes(const tree_index *t)
 {
-    return tree_index_leaf_first(t, v);
+    int32_t n = tree_index_node_count(t);
+    tree_thin_node *nd = tree_index_calloc((size_t)n, sizeof *nd);
+    for (int32_t v = 0; nd && v < n; v++) {
+        int32_t nc;
+        tree_index_children(t, v, &nc);
+        nd[v] = (tree_thin_node){tree_index_x(t, v), tree_index_x_max(t, v), tree_index_y(t, v),
+                                 tree_index_leaf_first(t, v), tree_index_leaf_count(t, v), nc,
+                                 tree_index_preorder(t, v)};
+    }
+    return nd;
 }
 
-static double leaf_hi(const tree_index *t, int32_t v)
+static tree_thin_node node_of(const thin_run *r, int32_t v)
 {
-    return (double)tree_index_leaf_first(t, v) + tree_index_leaf_count(t, v) - 1;
+    if (r->nd)
+        return r->nd[v];
+    int32_t nc;
+    tree_index_children(r->t, v, &nc);
+    return (tree_thin_node){tree_index_x(r->t, v), tree_index_x_max(r->t, v),
+                            tree_index_y(r->t, v), tree_index_leaf_first(r->t, v),
+                            tree_index_leaf_count(r->t, v), nc, tree_index_preorder(r->t, v)};
 }
 
-static int meets(const thin_run *r, int32_t v)
+static double lo_of(const tree_thin_node *d)
+{
+    return d->leaf_first;
+}
+
+static double hi_of(const tree_thin_node *d)
+{
+    return (double)d->leaf_first + d->leaf_count - 1;
+}
+
+static int meets(const thin_run *r, const tree_thin_node *d)
 {
     const tree_thin_box *b = r->box;
-    return leaf_lo(r->t, v) <= b->y1 && leaf_hi(r->t, v) >= b->y0 &&
-           tree_index_x_max(r->t, v) >= b->x0;
+    return lo_of(d) <= b->y1 && hi_of(d) >= b->y0 && d->x_max >= b->x0;
 }
 
-static int has_children(const tree_index *t, int32_t v)
+static void emit_node(thin_run *r, int32_t v, const tree_thin_node *d, int collapsed)
 {
-    int32_t nc;
-    tree_index_children(t, v, &nc);
-    return nc > 0;
+    if (r->out_n == r->out_cap && grow((void **)&r->out, &r->out_cap, sizeof *r->out)) {
+        r->failed = 1;
+        return;
+    }
+    r->out[r->out_n++] = (thin_key){d->y, d->pre, v, collapsed};
+    r->thinned |= collapsed;
 }
 
 /* Visits the siblings list[0..n): expands the wide ones, keeps one thin
  * clade per row. */
 static void visit_list(thin_run *r, const int32_t *list, int32_t n)
 {
-    const tree_index *t = r->t;
     int32_t lo = 0, hi = n;
     /* A few siblings are scanned (meets() skips those outside): a binary
      * search would read their leaf ranges twice. */
     if (n > 16)
-        tree_index_y_span(t, list, n, r->box->y0, r->box->y1, &lo, &hi);
+        tree_index_y_span(r->t, list, n, r->box->y0, r->box->y1, &lo, &hi);
     int32_t best = -1;
+    tree_thin_node bd = {0};
     int64_t best_row = 0;
     for (int32_t i = lo; i <= hi; i++) {
         int32_t c = i < hi ? list[i] : -1;
-        if (c >= 0 && !meets(r, c))
-            continue;
-        int64_t rlo = c >= 0 ? tree_thin_row(r->box, leaf_lo(t, c)) : 0;
-        int thin = c >= 0 && rlo == tree_thin_row(r->box, leaf_hi(t, c));
+        tree_thin_node d = {0};
+        if (c >= 0) {
+            d = node_of(r, c);
+            if (!meets(r, &d))
+                continue;
+        }
+        int64_t rlo = c >= 0 ? tree_thin_row(r->box, lo_of(&d)) : 0;
+        int thin = c >= 0 && rlo == tree_thin_row(r->box, hi_of(&d));
         if (best >= 0 && thin && rlo == best_row) {
             r->thinned = 1;
-            if (tree_index_x_max(t, c) > tree_index_x_max(t, best))
+            if (d.x_max > bd.x_max) {
                 best = c;
+                bd = d;
+            }
             continue;
         }
         if (best >= 0) {
-            int ch = has_children(t, best);
-            emit(r, best, ch);
-            r->thinned |= ch;
+            emit_node(r, best, &bd, bd.n_children > 0);
             best = -1;
         }
         if (c < 0)
             break;
         if (thin) {
             best = c;
+            bd = d;
             best_row = rlo;
-        } else if (tree_index_x(t, c) > r->box->x1) {
-            int ch = has_children(t, c);
-            emit(r, c, ch);
-            r->thinned |= ch;
+        } else if (d.x > r->box->x1) {
+            emit_node(r, c, &d, d.n_children > 0);
         } else {
-            emit(r, c, 0);
+            emit_node(r, c, &d, 0);
             push(r, c);
         }
     }
@@ -145,6 +166,13 @@ static int cmp_key(const void *pa, const void *pb)
 int tree_index_thin(const tree_index *t, const tree_thin_box *box, arena *a,
                     tree_view_entry **out, int32_t *n_out, int *thinned, cellar_error *err)
 {
+    return tree_index_thin_with(t, NULL, box, a, out, n_out, thinned, err);
+}
+
+int tree_index_thin_with(const tree_index *t, const tree_thin_node *nodes,
+                         const tree_thin_box *box, arena *a, tree_view_entry **out,
+                         int32_t *n_out, int *thinned, cellar_error *err)
+{
     *out = NULL;
     *n_out = 0;
     *thinned = 0;
@@ -154,7 +182,7 @@ int tree_index_thin(const tree_index *t, const tree_thin_box *box, arena *a,
         return cellar_fail(err, CELLAR_EINVAL, "the box bounds must be numbers");
     if (box->x0 > box->x1 || box->y0 > box->y1)
         return cellar_fail(err, CELLAR_EINVAL, "the box needs x0 <= x1 and y0 <= y1");
-    thin_run r = {.t = t, .box = box};
+    thin_run r = {.t = t, .nd = nodes, .box = box};
     int32_t nr;
     const int32_t *roots = tree_index_roots(t, &nr);
     visit_list(&r, roots, nr);

@@ -110,6 +110,8 @@ void test_tree_thin_random(void)
         if (!t)
             return;
         arena *a = arena_new();
+        tree_thin_node *nd = tree_thin_nodes(t);
+        CHECK(nd != NULL);
         double ym = tree_index_leaf_total(t) - 1, xm = tree_index_x_max(t, 0);
         const tree_thin_box boxes[] = {
             {0, xm, 0, ym, 2000},
@@ -125,6 +127,14 @@ void test_tree_thin_random(void)
             int32_t k = 0;
             int thinned = 0;
             CHECK_EQ(tree_index_thin(t, &boxes[i], a, &e, &k, &thinned, &err), 0);
+            /* the same with the records built once */
+            tree_view_entry *e2 = NULL;
+            int32_t k2 = 0;
+            int thinned2 = 0;
+            CHECK_EQ(tree_index_thin_with(t, nd, &boxes[i], a, &e2, &k2, &thinned2, &err), 0);
+            CHECK_EQ(k2, k);
+            CHECK_EQ(thinned2, thinned);
+            CHECK(k == 0 || memcmp(e, e2, (size_t)k * sizeof *e) == 0);
             int left = check_answer(t, &boxes[i], e, k);
             CHECK_EQ(thinned || left == 0, 1);
             if (i == 0)
@@ -134,6 +144,7 @@ void test_tree_thin_random(void)
             if (i == 6)
                 CHECK_EQ(k, 0);
         }
+        free(nd);
         arena_free(a);
         tree_index_free(t);
     }
