@@ -415,6 +415,20 @@ def tree_targets(out, queries):
     return t
 
 
+def conn_cells(q, conns):
+    """(" req/s | p50 | p99 |" for each connection count, errors summed)
+    of one query's runs."""
+    row, errors = "", 0
+    for c in conns:
+        r = q.get(c)
+        if not r:
+            row += " — | — | — |"
+            continue
+        errors += r["errors"]
+        row += f" {r['rps']:,.0f} | {R.fmt_ms(r['p50_us'])} | {R.fmt_ms(r['p99_us'])} |"
+    return row, errors
+
+
 def tree_markdown(cfg, out, queries):
     m = out["manifest"]
     lines = []
@@ -471,14 +485,8 @@ def tree_markdown(cfg, out, queries):
                 lines.append(f"| {label} | `{store}` | {q['note']} |" + " |" * (2 + 3 * len(out["conns"])))
                 continue
             row = f"| {label} ({len(paths)} paths) | `{store}` | {q.get('body_bytes', '—')} |"
-            errors = 0
-            for c in out["conns"]:
-                r = q.get(c)
-                if not r:
-                    row += " — | — | — |"
-                    continue
-                errors += r["errors"]
-                row += f" {r['rps']:,.0f} | {R.fmt_ms(r['p50_us'])} | {R.fmt_ms(r['p99_us'])} |"
+            cells, errors = conn_cells(q, out["conns"])
+            row += cells
             r = q.get(cmax) or {}
             row += (f" {r['cpu_pct']:.0f}% = {'+'.join(str(x) for x in r.get('thread_pct', []))}"
                     f" ({r['machine_pct']:.0f}%) |" if "cpu_pct" in r else " — |")

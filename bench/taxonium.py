@@ -127,15 +127,8 @@ def markdown(cfg, out):
                 continue
             row = (f"| {label} ({len(paths)} path{'s' if len(paths) > 1 else ''}) | `{store}` | "
                    f"{q.get('nodes', '—')} | {q.get('body_bytes', '—')} | {cpu_ms(q.get(1))} |")
-            errors = 0
-            for c in out["conns"]:
-                r = q.get(c)
-                if not r:
-                    row += " — | — | — |"
-                    continue
-                errors += r["errors"]
-                row += f" {r['rps']:,.0f} | {R.fmt_ms(r['p50_us'])} | {R.fmt_ms(r['p99_us'])} |"
-            L.append(row + f" {errors} |")
+            cells, errors = S.conn_cells(q, out["conns"])
+            L.append(row + cells + f" {errors} |")
     L.append("")
     L.append("cellar CPU ms per answer: cellar's CPU share over the 1-connection run divided "
              "by its answers, the cost of one answer on a core of its own; the p50 also holds "
