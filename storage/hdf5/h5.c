@@ -72,6 +72,7 @@ typedef struct h5_node {
     /* root only: the file for direct reads (-1 when there is none), its
      * size, and what libhdf5 adds to chunk addresses it reports */
     int fd;
+    h5d_file_reader reader; /* root only: a reader's file (read NULL: none) */
     char *file_path;   /* root only: the path it was opened by (malloc'd) */
     uint64_t file_size;
     uint64_t chunk_base;
@@ -1730,7 +1731,8 @@ static void direct_plan_make(const node *n, h5_node *h)
     h5d_plan *p = NULL;
     cellar_error err;
     cellar_error_clear(&err);
-    if (root->fd < 0 || direct_layout(n, h, root, &l) || h5d_plan_new(&l, &p, &err)) {
+    if ((root->fd < 0 && !root->reader.read) || direct_layout(n, h, root, &l) ||
+        h5d_plan_new(&l, &p, &err)) {
         atomic_store_explicit(&h->dstate, DIRECT_NONE, memory_order_release);
         return;
     }
@@ -1877,7 +1879,8 @@ static int direct_read(node *n, h5_node *h, const dim_sel *sel, void *out, size_
     if (!p)
         return 1;
     const h5_node *root = n->root->impl;
-    return h5d_read(p, root->fd, direct_fetch, n, sel, out, out_bytes, n->path, err);
+    return h5d_read_from(p, root->fd, root->reader.read ? &root->reader : NULL, direct_fetch, n,
+                         sel, out, out_bytes, n->path, err);
 }
 
 /* node_file_extent: a contiguous, unfiltered dataset in native byte order,
@@ -2273,6 +2276,27 @@ done:
         H5Pclose(fcpl);
 }
 
+/* Direct reads of a reader's file: its bytes from the reader (which any
+ * thread may call at once), outside libhdf5's lock. */
+static void direct_reader_open(h5_node *h, const h5_reader *rd)
+{
+    hid_t fcpl = H5Fget_create_plist(h->file);
+    hsize_t userblock = 0;
+    if (fcpl < 0 || H5Pget_userblock(fcpl, &userblock) < 0) {
+        if (fcpl >= 0)
+            H5Pclose(fcpl);
+        return;
+    }
+    H5Pclose(fcpl);
+    h->reader = (h5d_file_reader){rd->ctx, rd->size, rd->read};
+    h->file_size = rd->size;
+#if H5_VERSION_GE(1, 14, 4)
+    h->chunk_base = 0;
+#else
+    h->chunk_base = userblock;
+#endif
+}
+
 static const char *base_name(const char *path)
 {
     const char *slash = strrchr(path, '/');
@@ -2373,6 +2397,8 @@ int h5_open_reader(const h5_reader *rd, const char *what, node **root, cellar_er
     hid_t fapl = h5_vfd_fapl(&vr);
     int rc = fapl < 0 ? h5_fail(err, CELLAR_EINTERNAL, "cannot set up access to '%s'", what)
                       : open_tree_with(what, what, fapl, 0, root, err);
+    if (!rc)
+        direct_reader_open((*root)->impl, rd);
     node_locked_call_leave(slot);
     return rc;
 }

@@ -56,8 +56,8 @@ typedef struct h5_reader {
 
 /* Opens the HDF5 file rd reads, as h5_open does a path (through a virtual
  * file driver of ours over rd: storage/hdf5/h5_vfd.h); what names it in
- * details.  rd's ctx must outlive the tree.  Every read goes through
- * libhdf5 (no direct reads: they need a descriptor). */
+ * details.  rd's ctx must outlive the tree.  Direct reads
+ * (h5_set_direct_reads) read through rd too, from any thread at once. */
 int h5_open_reader(const h5_reader *rd, const char *what, node **root, cellar_error *err);
 
 /* Direct reads (storage/hdf5/h5_direct.h): numeric and bool datasets that are

@@ -608,6 +608,7 @@ oom:
 typedef struct read_ctx {
     const h5d_plan *p;
     int fd;
+    const h5d_file_reader *rd; /* when not NULL, the file's bytes come from it */
     h5d_fetch_fn fetch;
     void *fetch_ctx;
     const char *what;
@@ -632,8 +633,8 @@ static int grow(uint8_t **buf, size_t *cap, size_t need)
     return 0;
 }
 
-static int pread_all(int fd, uint8_t *buf, size_t n, uint64_t off, const char *what,
-                     cellar_error *err)
+static int pread_fd(int fd, uint8_t *buf, size_t n, uint64_t off, const char *what,
+                    cellar_error *err)
 {
     while (n) {
         if (off > (uint64_t)INT64_MAX)
@@ -653,6 +654,18 @@ static int pread_all(int fd, uint8_t *buf, size_t n, uint64_t off, const char *w
         off += (uint64_t)r;
     }
     return 0;
+}
+
+/* [off, off + n) of the file: pread of its descriptor, or its reader's
+ * read (a remote file: its own failure, 502, 504 or a change). */
+static int pread_all(const read_ctx *r, uint8_t *buf, size_t n, uint64_t off, const char *what,
+                     cellar_error *err)
+{
+    if (!r->rd)
+        return pread_fd(r->fd, buf, n, off, what, err);
+    if (off > r->rd->size || n > r->rd->size - off)
+        return cellar_fail(err, CELLAR_EFORMAT, "'%s' is truncated", WHAT(what));
+    return n ? r->rd->read(r->rd->ctx, off, n, buf, err) : 0;
 }
 
 /* Where the elements of one chunk come from. */
@@ -748,7 +761,7 @@ static int copy_chunk(read_ctx *r, const chunk_src *src, const int64_t *c, const
         }
         if (src->row_mode) {
             size_t n = (size_t)(lmax - lmin + 1) * es;
-            int rc = pread_all(r->fd, r->span, n, src->addr + (uint64_t)(sbase + lmin) * es,
+            int rc = pread_all(r, r->span, n, src->addr + (uint64_t)(sbase + lmin) * es,
                                r->what, r->err);
             if (rc)
                 return rc;
@@ -785,13 +798,13 @@ static int read_raw(read_ctx *r, uint64_t addr, const int64_t *c, const int64_t 
     int64_t src0, out0;
     size_t run;
     if (block_run(r, g, &src0, &out0, &run))
-        return pread_all(r->fd, r->out + (size_t)out0 * es, run * es,
+        return pread_all(r, r->out + (size_t)out0 * es, run * es,
                          addr + (uint64_t)src0 * es, r->what, r->err);
     if (span <= H5D_SPAN_FACTOR * needed + H5D_SPAN_SLACK / es) {
         if (grow(&r->span, &r->span_cap, span * es))
             return cellar_fail(r->err, CELLAR_ENOMEM, "out of memory reading '%s'",
                                WHAT(r->what));
-        int rc = pread_all(r->fd, r->span, span * es, addr + (uint64_t)mn * es, r->what, r->err);
+        int rc = pread_all(r, r->span, span * es, addr + (uint64_t)mn * es, r->what, r->err);
         if (rc)
             return rc;
         src.buf = r->span;
@@ -885,7 +898,7 @@ static int visit_chunk(read_ctx *r, const int64_t *c, const int64_t *g)
         if (grow(&r->stored, &r->stored_cap, e->size))
             return cellar_fail(r->err, CELLAR_ENOMEM, "out of memory reading '%s'",
                                WHAT(r->what));
-        int rc = pread_all(r->fd, r->stored, e->size, e->addr, r->what, r->err);
+        int rc = pread_all(r, r->stored, e->size, e->addr, r->what, r->err);
         return rc ? rc : decode_and_copy(r, r->stored, e->size, e->mask, c, g);
     }
     if (!r->fetch)
@@ -925,9 +938,16 @@ int h5d_read(const h5d_plan *p, int fd, h5d_fetch_fn fetch, void *fetch_ctx,
              const dim_sel *sel, void *out, size_t out_bytes, const char *what,
              cellar_error *err)
 {
+    return h5d_read_from(p, fd, NULL, fetch, fetch_ctx, sel, out, out_bytes, what, err);
+}
+
+int h5d_read_from(const h5d_plan *p, int fd, const h5d_file_reader *rd, h5d_fetch_fn fetch,
+                  void *fetch_ctx, const dim_sel *sel, void *out, size_t out_bytes,
+                  const char *what, cellar_error *err)
+{
     const h5d_layout *l = &p->l;
-    read_ctx r = {.p = p, .fd = fd, .fetch = fetch, .fetch_ctx = fetch_ctx, .what = what,
-                  .err = err, .out = out};
+    read_ctx r = {.p = p, .fd = fd, .rd = rd, .fetch = fetch, .fetch_ctx = fetch_ctx,
+                  .what = what, .err = err, .out = out};
     int rc = 0, ndim = l->ndim;
     size_t total = 1;
     for (int d = 0; d < ndim; d++) {
@@ -1052,7 +1072,7 @@ int h5d_chunk_decode(const h5d_plan *p, int fd, const h5d_stored *st, uint8_t *o
         own = malloc(n);
         if (!own)
             return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", WHAT(what));
-        rc = pread_all(fd, own, n, st->addr, what, err);
+        rc = pread_fd(fd, own, n, st->addr, what, err);
         if (rc)
             goto done;
         stored = own;

@@ -140,6 +140,21 @@ int h5d_chunk_stored(const h5d_plan *p, h5d_fetch_fn fetch, void *fetch_ctx, con
 int h5d_chunk_decode(const h5d_plan *p, int fd, const h5d_stored *st, uint8_t *out,
                      const char *what, cellar_error *err);
 
+/* The bytes of a file read through a reader rather than a descriptor (a
+ * remote HDF5 file: storage/hdf5/h5.h's h5_reader): read fills [off, off +
+ * n) of its size bytes, from any thread at once. */
+typedef struct h5d_file_reader {
+    void *ctx;
+    uint64_t size;
+    int (*read)(void *ctx, uint64_t off, size_t n, void *buf, cellar_error *err);
+} h5d_file_reader;
+
+/* h5d_read with the file's bytes from rd when rd is not NULL (fd unused),
+ * the reader's failures returned as they are. */
+int h5d_read_from(const h5d_plan *p, int fd, const h5d_file_reader *rd, h5d_fetch_fn fetch,
+                  void *fetch_ctx, const dim_sel *sel, void *out, size_t out_bytes,
+                  const char *what, cellar_error *err);
+
 /* HDF5's Fletcher-32 of n bytes (as its fletcher32 filter stores it,
  * little-endian, after the data). */
 uint32_t h5d_fletcher32(const uint8_t *data, size_t n);

@@ -33,6 +33,11 @@ import writers as W
 import zip_writers as ZW
 from conftest import assert_problem, store_path
 
+# The first test pays for the module's fixtures (the stores written, the S3
+# server started, some 700 objects uploaded): on a loaded 2-core machine
+# that can pass the suite's 60 s.
+pytestmark = pytest.mark.timeout(240)
+
 BUCKET = "cellar"
 PREFIX = "lab"
 TIMEOUT_MS = 3000
@@ -112,6 +117,9 @@ def remote_args(weed, web, creds, *extra):
     for name in STORES:
         served = TD_CONSOLIDATED if name == ZW.TD_V3_DIR else name
         args += ["--remote", f"web/{name}={web.base}/{served}"]
+    # one store of the bucket mounted by its s3:// URL under another name
+    args += ["--remote", f"s3m/{AD_H5}=s3://{BUCKET}/{PREFIX}/{AD_H5}",
+             "--remote", f"s3m/{ZW.AD_V3_DIR}=s3://{BUCKET}/{PREFIX}/{ZW.AD_V3_DIR}"]
     return args + list(extra)
 
 
@@ -452,6 +460,33 @@ def test_http_mount_replaced(tmp_path, zroot, server_factory, creds, weed):
 
 
 # ------------------------------------------------------------ faults
+@pytest.mark.parametrize("name", [AD_H5, ZW.AD_V3_DIR])
+def test_s3_url_mounts_equal_local(remote, local, name):
+    for route in ("obs", "X?format=bin", "obsm/X_pca?format=npy"):
+        a, b = get(remote, "s3m/" + name, route), get(local, name, route)
+        assert a.status_code == b.status_code == 200, (route, a.text[:200])
+        assert a.content == b.content, route
+
+
+def test_without_credentials_requests_go_unsigned(tmp_path, here_root, weed, web, server_factory,
+                                                  monkeypatch):
+    """No AWS_* variables and no credentials file: requests are anonymous
+    (for public buckets); this bucket refuses them, which is a 502 naming
+    S3's refusal, and the web server's stores (no key needed) are served."""
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                "AWS_SHARED_CREDENTIALS_FILE", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.aws/credentials
+    args = [a for a in remote_args(weed, web, tmp_path / "unused")]
+    i = args.index("--s3-credentials-file")
+    del args[i:i + 2]
+    s = server_factory(here_root, *args)
+    body = assert_problem(get(s, ZW.AD_V3_DIR, "obs"), 502, detail_contains="403")
+    assert "AccessDenied" in body["detail"], body
+    assert get(s, "web/" + ZW.AD_V3_DIR, "obs").status_code == 200
+    assert "anonymous requests" in s.log.read_text(errors="replace")
+
+
 def test_wrong_secret_key_is_502_naming_the_refusal(tmp_path, here_root, weed, web, server_factory):
     bad = tmp_path / "credentials"
     bad.write_text(f"[default]\naws_access_key_id = {RS.ACCESS_KEY}\naws_secret_access_key = wrong\n")
