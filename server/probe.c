@@ -199,6 +199,11 @@ typedef struct child_run {
     pid_t pid;
     int out_fd;
     int read_fd;            /* the parent's end of the reads of rd; -1 */
+    /* Closed (EOF) when the child has exec'd: until then its resident
+     * memory is the server's, shared copy-on-write since the fork, and
+     * says nothing of the probe's. */
+    int exec_fd;
+    int execed;
     const probe_reader *rd;
     int read_failed;        /* a read of rd failed: the child was stopped */
     cellar_error read_err;
@@ -208,17 +213,52 @@ typedef struct child_run {
     int status;
 } child_run;
 
+/* fd moved to a descriptor >= min (close-on-exec), or -1. */
+static int fd_above(int fd, int min)
+{
+    if (fd < 0 || fd >= min)
+        return fd;
+    int moved = fcntl(fd, F_DUPFD_CLOEXEC, min);
+    close(fd);
+    return moved;
+}
+
 /* Starts `<this binary> --probe path` (or `--probe-reader SIZE` with the
  * reads of rd on fd 3) with its limits; -1 when it cannot. */
 static int child_start(const probe_runner_config *cfg, const char *path, const probe_reader *rd,
                        child_run *c)
 {
-    int fds[2], sv[2] = {-1, -1};
-    if (pipe2(fds, O_CLOEXEC) != 0)
+    int fds[2], sv[2] = {-1, -1}, ex[2];
+    if (pipe2(ex, O_CLOEXEC) != 0)
         return -1;
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        close(ex[0]);
+        close(ex[1]);
+        return -1;
+    }
     if (rd && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
         close(fds[0]);
         close(fds[1]);
+        close(ex[0]);
+        close(ex[1]);
+        return -1;
+    }
+    /* The child's ends above the descriptors it keeps, so dup2 onto
+     * PROBE_READ_FD clears close-on-exec and never lands on ex[1]. */
+    ex[1] = fd_above(ex[1], 10);
+    if (rd)
+        sv[1] = fd_above(sv[1], 10);
+    if (ex[1] < 0 || (rd && sv[1] < 0)) {
+        close(fds[0]);
+        close(fds[1]);
+        close(ex[0]);
+        if (ex[1] >= 0)
+            close(ex[1]);
+        if (rd) {
+            close(sv[0]);
+            if (sv[1] >= 0)
+                close(sv[1]);
+        }
         return -1;
     }
     char size_text[32];
@@ -234,6 +274,8 @@ static int child_start(const probe_runner_config *cfg, const char *path, const p
     if (pid < 0) {
         close(fds[0]);
         close(fds[1]);
+        close(ex[0]);
+        close(ex[1]);
         if (rd) {
             close(sv[0]);
             close(sv[1]);
@@ -249,7 +291,16 @@ static int child_start(const probe_runner_config *cfg, const char *path, const p
         dup2(fds[1], 2);
         if (rd)
             dup2(sv[1], PROBE_READ_FD);
-        close_range(rd ? PROBE_READ_FD + 1 : 3, ~0u, 0);
+        /* Every other descriptor goes, but ex[1], which exec closes. */
+        int low = rd ? PROBE_READ_FD + 1 : 3;
+        int keep = ex[1] >= low ? ex[1] : low - 1;
+        if (keep >= low) {
+            if (keep > low)
+                close_range((unsigned)low, (unsigned)keep - 1, 0);
+            close_range((unsigned)keep + 1, ~0u, 0);
+        } else {
+            close_range((unsigned)low, ~0u, 0);
+        }
         setrlimit(RLIMIT_CPU, &cpu_limit);
         setrlimit(RLIMIT_CORE, &no_core);
         sigprocmask(SIG_SETMASK, &none, NULL);
@@ -257,9 +308,11 @@ static int child_start(const probe_runner_config *cfg, const char *path, const p
         _exit(127);
     }
     close(fds[1]);
+    close(ex[1]);
     memset(c, 0, sizeof *c);
     c->pid = pid;
     c->out_fd = fds[0];
+    c->exec_fd = ex[0];
     c->read_fd = -1;
     if (rd) {
         close(sv[1]);
@@ -312,6 +365,21 @@ static uint64_t child_resident_bytes(pid_t pid)
     return n == 2 ? resident * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
 }
 
+/* Whether the child has exec'd (its exec closed the pipe's last writer). */
+static int child_execed(child_run *c)
+{
+    if (c->execed)
+        return 1;
+    char b;
+    struct pollfd pfd = {c->exec_fd, POLLIN, 0};
+    if (poll(&pfd, 1, 0) > 0 && read(c->exec_fd, &b, 1) <= 0) {
+        c->execed = 1;
+        close(c->exec_fd);
+        c->exec_fd = -1;
+    }
+    return c->execed;
+}
+
 /* Reads what is there; 1 at end of output. */
 static int child_read(child_run *c)
 {
@@ -344,7 +412,7 @@ static void child_wait(probe_runner *p, child_run *c, double started)
             c->killed_timeout = 1;
         }
         if (!c->killed_timeout && !c->killed_memory &&
-            child_resident_bytes(c->pid) > cfg->memory_bytes) {
+            child_execed(c) && child_resident_bytes(c->pid) > cfg->memory_bytes) {
             kill(c->pid, SIGKILL);
             c->killed_memory = 1;
         }
@@ -371,6 +439,8 @@ static void child_wait(probe_runner *p, child_run *c, double started)
     close(c->out_fd);
     if (c->read_fd >= 0)
         close(c->read_fd);
+    if (c->exec_fd >= 0)
+        close(c->exec_fd);
 }
 
 static void set_id(probe_file_id *id, unsigned long long dev, unsigned long long ino,
