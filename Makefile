@@ -44,7 +44,7 @@ LDLIBS  = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -Wl,--no-as-needed -llz
           -lpthread -lm
 ALL_LDFLAGS = $(LDFLAGS) $(SANFLAGS)
 
-LIB_SRC  := $(wildcard common/*.c storage/*.c storage/*/*.c api/*.c api/*/*.c) $(filter-out server/main.c,$(wildcard server/*.c))
+LIB_SRC  := $(wildcard common/*.c storage/*.c storage/*/*.c api/*.c api/*/*.c) $(filter-out server/main.c server/probe_heap.c,$(wildcard server/*.c))
 # The viewer's files (api/ui/ but its C sources and README), linked in like
 # the OpenAPI document; api/ui/ui_files.h lists them.
 UI_ASSETS := $(filter-out %.c %.h %.md,$(wildcard api/ui/*))
@@ -104,10 +104,12 @@ $(BUILD)/ui/%.o: api/ui/%
 $(BUILD)/libcellar.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/cellar: $(BUILD)/server/main.o $(BUILD)/libcellar.a
+# server/probe_heap.o replaces malloc and free (for the probe process): in the
+# binary (and the unit tests, which turn it on in children), never in libcellar.a.
+$(BUILD)/cellar: $(BUILD)/server/main.o $(BUILD)/server/probe_heap.o $(BUILD)/libcellar.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/unit_tests: $(UNIT_OBJ) $(BUILD)/libcellar.a
+$(BUILD)/unit_tests: $(UNIT_OBJ) $(BUILD)/server/probe_heap.o $(BUILD)/libcellar.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # Fuzz targets: each tests/fuzz/*_fuzz.c also builds with a plain main that
@@ -288,4 +290,4 @@ image-check:
 clean:
 	rm -rf build build-san build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(UNIT_OBJ:.o=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(BUILD)/server/main.d
+-include $(LIB_OBJ:.o=.d) $(UNIT_OBJ:.o=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(BUILD)/server/main.d $(BUILD)/server/probe_heap.d

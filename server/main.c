@@ -10,6 +10,7 @@
 #include "server/http.h"
 #include "server/metrics.h"
 #include "server/probe.h"
+#include "server/probe_heap.h"
 #include "storage/budget.h"
 #include "storage/hdf5/h5.h"
 #include "storage/registry.h"
@@ -118,12 +119,16 @@ int main(int argc, char **argv)
 {
     /* A probe process tunes the allocator as the server does, so that
      * libhdf5 runs on the same kind of heap as in the process it vouches for. */
+    /* ... and guards its blocks, so that libhdf5 straying out of one
+     * faults here instead of passing unnoticed (server/probe_heap.h). */
     if (argc == 3 && strcmp(argv[1], "--probe") == 0) {
         tune_malloc();
+        probe_heap_guard();
         probe_child_main(argv[2]); /* does not return */
     }
     if (argc == 3 && strcmp(argv[1], "--probe-reader") == 0) {
         tune_malloc();
+        probe_heap_guard();
         probe_child_main_reader(argv[2]); /* does not return */
     }
     if (argc >= 2 && strcmp(argv[1], "--healthcheck") == 0)

@@ -30,6 +30,14 @@ CRASHING_SEEDS = [78, 82, 185]   # SIGSEGV inside libhdf5 while reading metadata
 HANGING_SEEDS = [64, 73]         # libhdf5 never returns
 # libhdf5 allocates 5 GB for an attribute's vlen conversion (a lying length)
 MEMORY_SEEDS = [121]
+# Seeds of test_malformed.mutate_hdf5 (the corpus of make test-corpus) on
+# which libhdf5 reads past the end of its own buffer without crashing a
+# fresh process: valgrind found, for h0007_zero.h5td, the copy of a vlen
+# string attribute out of a global heap collection running past the
+# collection (H5HG_read under H5Aread, from attrs_load).  The probe passed
+# the file; the server, on a heap laid out otherwise, crashed in the very
+# same read.  The probe's guarded heap (server/probe_heap.h) makes it fault.
+STRAYING_SEEDS = [7]
 
 
 def mutate(seed: int) -> tuple[str, bytes]:
@@ -276,3 +284,33 @@ def test_probe_walks_what_the_server_reads(tmp_path):
     assert (groups, datasets, strings) == (2, 2, 70000), out
     assert attributes == 1 and broken == 0 and over == 0
     assert nbytes == 4000  # the scale-offset dataset, which direct reads do not take
+
+
+def test_libhdf5_straying_out_of_a_buffer_crashes_the_probe_not_the_server(tmp_path, server_factory):
+    """A read past the end of a libhdf5 buffer that a fresh process would
+    survive is a crashed probe (plain build: the guard page behind the
+    block; sanitizer build: AddressSanitizer's redzone), so the version is
+    refused before the server reads the same bytes."""
+    import subprocess
+
+    from conftest import cellar_bin
+    from test_malformed import mutate_hdf5
+
+    names = []
+    for seed in STRAYING_SEEDS:
+        src, kind, data = mutate_hdf5(seed)
+        name = f"stray{seed}_{kind}{Path(src).suffix}"
+        (tmp_path / name).write_bytes(data)
+        names.append(name)
+        out = subprocess.run([str(cellar_bin()), "--probe", str(tmp_path / name)],
+                             capture_output=True, text=True, timeout=60)
+        assert "CELLAR-PROBE ok" not in out.stdout, (seed, out.stdout)
+        assert out.returncode != 0, (seed, out.returncode, out.stdout, out.stderr[-2000:])
+    shutil.copy(EXAMPLES / "blood.h5ad", tmp_path / "blood.h5ad")
+    s = server_factory(tmp_path, "--probe-timeout-seconds", "20", "--probe-wait-seconds", "30")
+    for name in names:
+        for route in ("", "/obs", "/uns", "/obst"):
+            assert_problem(get_settled(s, f"/v1/stores/{name}{route}"), 422, "could not be read safely")
+    assert probes(s, "crashed") == len(names)
+    assert s.alive()
+    assert s.get("/v1/stores/blood.h5ad/obs", columns="cell_type").status_code == 200
