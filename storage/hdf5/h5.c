@@ -2057,19 +2057,23 @@ int h5_zarr_chunk(node *n, const int64_t *cidx, h5_chunk_bytes *out, cellar_erro
 {
     memset(out, 0, sizeof *out);
     out->fd = -1;
-    h5_storage st;
-    if (h5_zarr_storage(n, &st) || (st.kind != H5_STORE_CHUNKS && st.kind != H5_STORE_DECODED))
-        return cellar_fail(err, CELLAR_EINVAL, "'%s' has no stored chunks", n->path);
-    h5_node *h = n->impl;
-    const h5d_plan *p = direct_plan_get(n, h);
+    /* Only the plan (no call into libhdf5 once it is made): a chunk of a
+     * table is pread and sent without taking libhdf5's lock. */
+    const h5d_plan *p = n->ops == &h5_ops && !((h5_node *)n->impl)->field &&
+                                atomic_load(&h5_direct_mode)
+                            ? direct_plan_get(n, n->impl)
+                            : NULL;
     const h5_node *root = n->root->impl;
+    const h5d_layout *l = p ? h5d_plan_layout(p) : NULL;
+    if (!l || l->contiguous || root->fd < 0)
+        return cellar_fail(err, CELLAR_EINVAL, "'%s' has no stored chunks", n->path);
+    int as_stored = l->nfilters == 0 || (l->nfilters == 1 && l->filters[0].id == H5D_FILTER_DEFLATE);
     h5d_stored s;
     int rc = h5d_chunk_stored(p, direct_fetch, n, cidx, &s, n->path, err);
     if (rc || !s.allocated)
         return rc;
     out->allocated = 1;
-    if (st.kind == H5_STORE_CHUNKS) {
-        const h5d_layout *l = h5d_plan_layout(p);
+    if (as_stored) {
         uint32_t all = l->nfilters ? (uint32_t)((1u << l->nfilters) - 1) : 0;
         out->raw = (s.mask & all) == all;
         out->size = s.size;

@@ -1092,3 +1092,92 @@ void test_h5_direct_no_library_lock(void)
     CHECK_EQ(r.done, 1);
     node_tree_free(root);
 }
+
+/* Whole chunks for the zarr view (h5d_chunk_stored, h5d_chunk_decode): a
+ * chunk found in the table is its address and size, one never written is
+ * absent and decodes to the fill value, coordinates off the grid are
+ * refused, a deflated chunk decodes to its values, a corrupt one or one
+ * whose size lies is CELLAR_EFORMAT. */
+void test_h5_direct_whole_chunks(void)
+{
+    char path[300];
+    hd_path(path, sizeof path, "whole_chunks.bin");
+    int32_t vals[10], got[10];
+    for (int i = 0; i < 10; i++)
+        vals[i] = i * 7 - 3;
+    unsigned char z[200];
+    uLongf zn = sizeof z;
+    CHECK_EQ(compress2(z, &zn, (const Bytef *)vals, sizeof vals, 6), Z_OK);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    fwrite(vals, 1, sizeof vals, f);           /* offset 0: the raw chunk */
+    fwrite(z, 1, zn, f);                       /* offset 40: the deflated one */
+    unsigned char junk[64];
+    memset(junk, 0x5a, sizeof junk);
+    fwrite(junk, 1, sizeof junk, f);           /* offset 40 + zn: garbage */
+    fclose(f);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    h5d_layout l;
+    memset(&l, 0, sizeof l);
+    l.ndim = 1;
+    l.shape[0] = 35; /* 4 chunks of 10, the last one partial */
+    l.elem_size = 4;
+    l.file_size = 40 + zn + sizeof junk;
+    l.chunk[0] = 10;
+    l.nfilters = 1;
+    l.filters[0].id = H5D_FILTER_DEFLATE;
+    int32_t fill = -1;
+    memcpy(l.fill, &fill, 4);
+    h5d_plan *p = NULL;
+    cellar_error err;
+    cellar_error_clear(&err);
+    CHECK_EQ(h5d_plan_new(&l, &p, &err), 0);
+    if (!p) {
+        close(fd);
+        return;
+    }
+    CHECK_EQ(h5d_plan_chunk_bytes(p), 40);
+    int64_t start = 0;
+    CHECK_EQ(h5d_plan_add_chunk(p, &start, 0, 40, 1, &err), 0);  /* deflate skipped */
+    start = 10;
+    CHECK_EQ(h5d_plan_add_chunk(p, &start, 40, zn, 0, &err), 0);
+    start = 30;
+    CHECK_EQ(h5d_plan_add_chunk(p, &start, 40 + zn, 20, 0, &err), 0); /* garbage */
+    CHECK_EQ(h5d_plan_finish_table(p, &err), 0);
+    h5d_stored st;
+    int64_t c = 0;
+    CHECK_EQ(h5d_chunk_stored(p, NULL, NULL, &c, &st, "t", &err), 0);
+    CHECK(st.allocated && st.addr == 0 && st.size == 40 && st.mask == 1 && !st.buf);
+    CHECK_EQ(h5d_chunk_decode(p, fd, &st, (uint8_t *)got, "t", &err), 0);
+    CHECK(!memcmp(got, vals, sizeof vals));
+    c = 1;
+    CHECK_EQ(h5d_chunk_stored(p, NULL, NULL, &c, &st, "t", &err), 0);
+    CHECK(st.allocated && st.addr == 40 && st.size == zn && st.mask == 0);
+    memset(got, 0, sizeof got);
+    CHECK_EQ(h5d_chunk_decode(p, fd, &st, (uint8_t *)got, "t", &err), 0);
+    CHECK(!memcmp(got, vals, sizeof vals));
+    c = 2; /* never written */
+    CHECK_EQ(h5d_chunk_stored(p, NULL, NULL, &c, &st, "t", &err), 0);
+    CHECK_EQ(st.allocated, 0);
+    CHECK_EQ(h5d_chunk_decode(p, fd, &st, (uint8_t *)got, "t", &err), 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(got[i], -1);
+    c = 3;
+    CHECK_EQ(h5d_chunk_stored(p, NULL, NULL, &c, &st, "t", &err), 0);
+    cellar_error_clear(&err);
+    CHECK_EQ(h5d_chunk_decode(p, fd, &st, (uint8_t *)got, "t", &err), CELLAR_EFORMAT);
+    h5d_stored lying = {.allocated = 1, .addr = 0, .size = 41, .mask = 1};
+    cellar_error_clear(&err);
+    CHECK_EQ(h5d_chunk_decode(p, fd, &lying, (uint8_t *)got, "t", &err), CELLAR_EFORMAT);
+    c = 4; /* off the grid */
+    cellar_error_clear(&err);
+    CHECK_EQ(h5d_chunk_stored(p, NULL, NULL, &c, &st, "t", &err), CELLAR_ERANGE);
+    c = -1;
+    cellar_error_clear(&err);
+    CHECK_EQ(h5d_chunk_stored(p, NULL, NULL, &c, &st, "t", &err), CELLAR_ERANGE);
+    h5d_plan_free(p);
+    close(fd);
+}
