@@ -46,6 +46,7 @@ typedef struct vtree {
 } vtree;
 
 struct h5zarr_forest {
+    int unreadable;       /* the trees cannot be read: the dataset is shown as it is */
     vtree *trees;
     size_t n;
     arena *a;             /* names and texts made here */
@@ -260,8 +261,8 @@ typedef struct forest_ctx {
     node *n;
 } forest_ctx;
 
-/* The forest of dataset n, or a value with n == SIZE_MAX when its trees
- * cannot be read (the dataset is then shown as the string it is). */
+/* The forest of dataset n, or one marked unreadable when its trees cannot
+ * be read (the dataset is then shown as the string it is). */
 static int forest_build(void *ctx, void **value, size_t *bytes, cellar_error *err)
 {
     const forest_ctx *fc = ctx;
@@ -280,7 +281,7 @@ static int forest_build(void *ctx, void **value, size_t *bytes, cellar_error *er
     const trees_loaded *tl = NULL;
     if (node_resolve(fc->v->h5root, parent, &group, &local) ||
         trees_get(fc->v->s, group, node_name(fc->n), &tl, &local)) {
-        f->n = SIZE_MAX;
+        f->unreadable = 1;
         return 0;
     }
     size_t count = tree_forest_count(tl->forest);
@@ -323,7 +324,7 @@ int h5zt_forest(h5zarr_src *v, node *n, const struct h5zarr_forest **out, cellar
     if (rc)
         return rc;
     const struct h5zarr_forest *f = value;
-    if (f->n == SIZE_MAX)
+    if (f->unreadable)
         return 0;
     *out = f;
     return 1;

@@ -49,6 +49,11 @@
  * number); others get their stored chunk bytes through libhdf5, one chunk
  * at a time, and decode them outside it. */
 #define H5_DIRECT_TABLE_MAX 2048
+/* Up to this many chunks in the grid, a table is made by looking each chunk
+ * up by its coordinates (logarithmic in the index) instead: 28 bytes a chunk,
+ * so chunks come without libhdf5 for datasets of small chunks too (a 64 MiB
+ * array in chunks of 1 KiB). */
+#define H5_DIRECT_COORD_TABLE_MAX 65536
 /* Compound types with more members than this are not split into fields. */
 #define H5_FIELDS_MAX 65536
 
@@ -1642,6 +1647,48 @@ static int direct_filters(hid_t dcpl, size_t elem_size, h5d_layout *l)
 
 /* Lists the allocated chunks of a small chunked dataset into p's table;
  * nonzero (p unusable) when anything is off. */
+/* The table of a chunked dataset of up to H5_DIRECT_COORD_TABLE_MAX chunks
+ * in its grid, each looked up by the coordinates of its first element
+ * (chunks never written are left out: they read as the fill value);
+ * nonzero when anything is off. */
+static int direct_table_by_coord(const h5_node *h, const h5_node *root, int ndim, h5d_plan *p,
+                                 cellar_error *err)
+{
+    const h5d_layout *l = h5d_plan_layout(p);
+    uint64_t grid = 1;
+    for (int d = 0; d < ndim; d++) {
+        uint64_t g = (uint64_t)((l->shape[d] + l->chunk[d] - 1) / l->chunk[d]);
+        if (g == 0)
+            return h5d_plan_finish_table(p, err);
+        if (g > H5_DIRECT_COORD_TABLE_MAX || grid * g > H5_DIRECT_COORD_TABLE_MAX)
+            return -1;
+        grid *= g;
+    }
+    hsize_t off[NODE_MAX_DIMS] = {0};
+    for (uint64_t i = 0; i < grid; i++) {
+        unsigned mask = 0;
+        haddr_t addr = HADDR_UNDEF;
+        hsize_t size = 0;
+        if (H5Dget_chunk_info_by_coord(h->obj, off, &mask, &addr, &size) < 0)
+            return -1;
+        if (addr != HADDR_UNDEF && size > 0) {
+            int64_t start[NODE_MAX_DIMS];
+            for (int d = 0; d < ndim; d++)
+                start[d] = (int64_t)off[d];
+            if (addr > UINT64_MAX - root->chunk_base ||
+                h5d_plan_add_chunk(p, start, addr + root->chunk_base, size, mask, err))
+                return -1;
+        }
+        for (int d = ndim - 1; d >= 0; d--) {
+            off[d] += (hsize_t)l->chunk[d];
+            if (off[d] < (hsize_t)l->shape[d])
+                break;
+            off[d] = 0;
+        }
+    }
+    return h5d_plan_finish_table(p, err);
+}
+
 static int direct_table(const h5_node *h, const h5_node *root, int ndim, h5d_plan *p)
 {
     cellar_error err;
@@ -1649,8 +1696,12 @@ static int direct_table(const h5_node *h, const h5_node *root, int ndim, h5d_pla
     hid_t space = H5Dget_space(h->obj);
     hsize_t nch = 0;
     int rc = -1;
-    if (space < 0 || H5Dget_num_chunks(h->obj, space, &nch) < 0 || nch > H5_DIRECT_TABLE_MAX)
+    if (space < 0 || H5Dget_num_chunks(h->obj, space, &nch) < 0)
         goto done;
+    if (nch > H5_DIRECT_TABLE_MAX) {
+        rc = direct_table_by_coord(h, root, ndim, p, &err);
+        goto done;
+    }
     for (hsize_t i = 0; i < nch; i++) {
         hsize_t off[NODE_MAX_DIMS];
         unsigned mask = 0;

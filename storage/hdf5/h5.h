@@ -63,9 +63,10 @@ int h5_open_reader(const h5_reader *rd, const char *what, node **root, cellar_er
 /* Direct reads (storage/hdf5/h5_direct.h): numeric and bool datasets that are
  * contiguous, or chunked with only deflate, shuffle and fletcher32, are read
  * with pread and decoded outside libhdf5's lock, so concurrent reads use
- * every core.  Small chunked datasets get a table of chunk addresses on
- * first read; bigger ones get each chunk's stored bytes from libhdf5 and
- * decode them outside it.  Everything else goes through libhdf5.
+ * every core.  Chunked datasets of up to 65536 chunks get a table of chunk
+ * addresses on first read (listed for up to 2048 allocated chunks, looked
+ * up by coordinates for more); bigger ones get each chunk's stored bytes
+ * from libhdf5 and decode them outside it.  Everything else goes through libhdf5.
  * mode 0 turns direct reads off (every read through libhdf5), 1 on (the
  * default; CELLAR_H5_DIRECT=0 in the environment at h5_library_init turns
  * them off), 2 on without chunk tables (for tests; applies to datasets first

@@ -286,9 +286,12 @@ def test_unwritten_chunks_are_missing_keys(vserver, vroot):
     assert (got[:2, :2] == 1).all() and np.isnan(got[2:]).all() and np.isnan(got[:, 2:]).all()
 
 
-def test_many_chunks_through_libhdf5(vserver, vroot):
-    """More chunks than a direct-read table holds: each chunk comes through
-    libhdf5, the same bytes."""
+def test_many_chunks(vserver, vroot):
+    """Datasets of many small chunks, in a file with a userblock: a table
+    made by coordinates (chunks sent from the file, the ones never written
+    missing), and past any table each chunk through libhdf5; the same
+    bytes either way."""
+    raw = (vroot / "many_chunks.h5").read_bytes()
     remote = open_remote(vserver, "many_chunks.h5")
     assert remote["many"].chunks == (1,)
     assert remote["many"][1000:1010].tolist() == list(range(1000, 1010))
@@ -296,6 +299,14 @@ def test_many_chunks_through_libhdf5(vserver, vroot):
     assert np.frombuffer(_chunk(vserver, "many_chunks.h5", "many/2499"), "<i2").tolist() == [2499]
     assert np.frombuffer(zlib.decompress(_chunk(vserver, "many_chunks.h5", "many_gzip/2494")),
                          "<i4").tolist() == [2494 % 7]
+    with h5py.File(vroot / "many_chunks.h5") as f:
+        info = f["many_gzip"].id.get_chunk_info_by_coord((1234,))
+        assert _chunk(vserver, "many_chunks.h5", "many_gzip/1234") == \
+            raw[info.byte_offset:info.byte_offset + info.size]
+    assert remote["many_unwritten"][95:105].tolist() == [9] * 5 + list(range(100, 105))
+    assert_problem(vserver.get(key_path("many_chunks.h5", "many_unwritten/99")), 404)
+    assert remote["beyond"][69990:].tolist() == [i % 1000 for i in range(69990, 70000)]
+    assert np.frombuffer(_chunk(vserver, "many_chunks.h5", "beyond/65537"), "<i4").tolist() == [537]
 
 
 def test_zmetadata_is_built_once_and_consolidates_every_document(vserver):
@@ -731,3 +742,22 @@ def test_store_summary_says_which_prefix_for_which_client(vserver, vroot):
         {"encoding-type": "anndata", "encoding-version": "0.1.0"})
     js = vserver.get(store_path("summary.zarr")).json()
     assert js["zarr"] == {"prefix": "zarr/", "csc_prefix": None, "hdf5_view": False, "zarr_format": 2}
+
+
+def test_unreadable_trees_are_shown_as_the_string_they_are(vserver, vroot):
+    """obst whose JSON does not parse stays the 0-d string it is in the
+    view (treedata then fails as it fails on the file), and the version
+    holding it is freed cleanly when the file is replaced."""
+    import shutil
+    store = "td_bad_trees.h5td"
+    z = vserver.get(key_path(store, "obst/.zarray"))
+    assert z.status_code == 200 and z.json()["shape"] == [] and z.json()["dtype"] == "|O", z.text
+    assert "obst/.zarray" in vserver.get(key_path(store, ".zmetadata")).json()["metadata"]
+    assert_problem(vserver.get(key_path(store, "obst/tree1/.zgroup")), 404)
+    tmp = vroot / "td_bad_trees.tmp"
+    shutil.copyfile(vroot / "td.h5td", tmp)
+    tmp.rename(vroot / store)
+    for _ in range(3):
+        assert vserver.get(key_path(store, "obst/tree1/.zgroup")).status_code == 200
+    assert vserver.get(store_path("ad.h5ad")).status_code == 200
+    assert vserver.alive()

@@ -189,11 +189,16 @@ def write_exotic(path: Path) -> None:
 
 
 def write_many_chunks(path: Path) -> None:
-    """More chunks than direct reads list in a table (2048): chunks come
-    through libhdf5 one at a time."""
-    with h5py.File(path, "w") as f:
+    """More chunks than libhdf5 lists cheaply (2048: the table is made by
+    looking chunks up by their coordinates), and more than any table takes
+    (65536: chunks come through libhdf5 one at a time); a userblock before
+    the HDF5 data, as MuData writes, so chunk addresses must be offset."""
+    with h5py.File(path, "w", userblock_size=512) as f:
         f.create_dataset("many", data=np.arange(2500, dtype=np.int16), chunks=(1,))
         f.create_dataset("many_gzip", data=np.arange(2500, dtype=np.int32) % 7, chunks=(1,), compression="gzip")
+        sparse = f.create_dataset("many_unwritten", shape=(3000,), dtype=np.int32, chunks=(1,), fillvalue=9)
+        sparse[100:200] = np.arange(100, 200)
+        f.create_dataset("beyond", data=np.arange(70000, dtype=np.int32) % 1000, chunks=(1,))
 
 
 def write_broken(path: Path) -> None:
@@ -215,12 +220,24 @@ def write_broken(path: Path) -> None:
             fh.write(bytes(rng.integers(0, 256, size, dtype=np.uint8)))
 
 
+def write_bad_trees(src: Path, path: Path) -> None:
+    """A TreeData whose obst JSON does not parse."""
+    import shutil
+    shutil.copyfile(src, path)
+    with h5py.File(path, "r+") as f:
+        attrs = dict(f["obst"].attrs)
+        del f["obst"]
+        f.create_dataset("obst", data="{not json", dtype=h5py.string_dtype())
+        f["obst"].attrs.update(attrs)
+
+
 def write_all(root: Path) -> None:
     warnings.filterwarnings("ignore")
     root.mkdir(parents=True, exist_ok=True)
     write_anndata(root)
     write_mudata(root)
     write_treedata(root)
+    write_bad_trees(root / "td.h5td", root / "td_bad_trees.h5td")
     write_exotic(root / "exotic.h5")
     write_many_chunks(root / "many_chunks.h5")
     write_broken(root / "broken.h5")
