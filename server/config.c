@@ -42,6 +42,8 @@ static const option_def options[] = {
         "a remote store's identity (ETags) is fetched again at most this often (default 10)"),
     OPT("--remote-cache-bytes", "CELLAR_REMOTE_CACHE_BYTES", OPT_SIZE, remote_cache_bytes,
         "memory for bytes read from remote stores (default 67108864)"),
+    OPT("--remote-spill-bytes", "CELLAR_REMOTE_SPILL_BYTES", OPT_U64, remote_spill_bytes,
+        "with --cache-dir: remote bytes pushed out of memory kept in files there, up to this (default 1073741824, 0 = none)"),
     OPT("--bind", "CELLAR_BIND", OPT_STR, bind, "address to listen on (default 127.0.0.1)"),
     OPT("--port", "CELLAR_PORT", OPT_UINT, port, "TCP port (default 8080)"),
     OPT("--threads", "CELLAR_THREADS", OPT_UINT, threads, "request threads (default: number of cores)"),
@@ -219,6 +221,7 @@ static void config_defaults(server_config *cfg)
     cfg->remote_retries = 2;
     cfg->remote_recheck_seconds = 10;
     cfg->remote_cache_bytes = 64u << 20;
+    cfg->remote_spill_bytes = 1ull << 30;
 }
 
 /* CELLAR_REMOTE: mounts separated by blanks (copied into one buffer that

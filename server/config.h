@@ -25,6 +25,7 @@ typedef struct server_config {
     unsigned remote_retries;
     double remote_recheck_seconds;
     size_t remote_cache_bytes;
+    uint64_t remote_spill_bytes;    /* of remote bytes spilled to cache_dir */
     const char *bind;
     unsigned port;
     unsigned threads;

@@ -848,9 +848,19 @@ static void render_remote_metrics(remote_roots *remote, buf *out)
                "cellar_remote_cache_hits_total %llu\n"
                "# HELP cellar_remote_cache_misses_total Remote reads that were fetched.\n"
                "# TYPE cellar_remote_cache_misses_total counter\n"
-               "cellar_remote_cache_misses_total %llu\n",
+               "cellar_remote_cache_misses_total %llu\n"
+               "# HELP cellar_remote_cache_disk_bytes Remote bytes spilled to --cache-dir.\n"
+               "# TYPE cellar_remote_cache_disk_bytes gauge\n"
+               "cellar_remote_cache_disk_bytes %zu\n"
+               "# HELP cellar_remote_cache_disk_entries Byte ranges spilled to --cache-dir.\n"
+               "# TYPE cellar_remote_cache_disk_entries gauge\n"
+               "cellar_remote_cache_disk_entries %zu\n"
+               "# HELP cellar_remote_cache_disk_hits_total Remote reads answered from --cache-dir.\n"
+               "# TYPE cellar_remote_cache_disk_hits_total counter\n"
+               "cellar_remote_cache_disk_hits_total %llu\n",
                (unsigned long long)remote_client_requests(remote_roots_client(remote)), c.bytes,
-               c.limit, c.entries, (unsigned long long)c.hits, (unsigned long long)c.misses);
+               c.limit, c.entries, (unsigned long long)c.hits, (unsigned long long)c.misses,
+               c.disk_bytes, c.disk_entries, (unsigned long long)c.disk_hits);
 }
 
 /* Service routes answered here rather than in api/. */

@@ -90,6 +90,10 @@ static remote_roots *remote_setup(const server_config *cfg, int *failed)
         *failed = 1;
         return NULL;
     }
+    if (cfg->cache_dir && cfg->remote_spill_bytes &&
+        remote_cache_spill_to(remote_roots_cache(r), cfg->cache_dir,
+                              (size_t)cfg->remote_spill_bytes) != 0)
+        fprintf(stderr, "cellar: cannot spill remote bytes to %s; memory only\n", cfg->cache_dir);
     fprintf(stderr, "cellar: %zu S3 root(s), %zu remote store(s), %s\n", cfg->n_s3_roots,
             cfg->n_remotes, key[0] ? "signed requests" : "anonymous requests");
     return r;

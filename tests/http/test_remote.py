@@ -274,6 +274,28 @@ def test_zip_raw_keys_equal_local(remote, local, zroot, name, via):
     assert a.text.replace(there, name) == b.text  # the index names its store
 
 
+@pytest.mark.parametrize("via", ["s3", "http"])
+@pytest.mark.parametrize("name", [AD_H5, W.MULTI])
+def test_zarr_view_of_remote_hdf5_equals_local(remote, local, name, via):
+    """The zarr view of a remote HDF5 store (its .zmetadata, every array's
+    first chunk) is the local copy's byte for byte."""
+    import json
+    there = name if via == "s3" else "web/" + name
+    a = remote.session.get(remote.base + raw(there, ".zmetadata"), timeout=30)
+    b = local.session.get(local.base + raw(name, ".zmetadata"), timeout=30)
+    assert a.status_code == b.status_code == 200, a.text[:300]
+    assert a.content == b.content
+    arrays = [k[: -len("/.zarray")] for k in json.loads(b.content)["metadata"] if k.endswith("/.zarray")]
+    assert arrays
+    for arr in arrays[:40]:
+        meta = json.loads(b.content)["metadata"][arr + "/.zarray"]
+        key = arr + "/" + ".".join("0" for _ in meta["shape"]) if meta["shape"] else arr + "/0"
+        ra = remote.session.get(remote.base + raw(there, key), timeout=30)
+        rb = local.session.get(local.base + raw(name, key), timeout=30)
+        assert ra.status_code == rb.status_code, (key, ra.text[:200])
+        assert ra.content == rb.content, key
+
+
 def test_s3_listing_serves_unconsolidated_directories(remote, local):
     """The raw route's directory index comes from the S3 listing."""
     import fsspec
@@ -337,6 +359,34 @@ def test_chunks_one_request_needs_are_fetched_together(here_root, weed, web, cre
     r = get(s, ZW.AD_V2_DIR, "X?format=bin")
     assert r.status_code == 200 and r.content == get(local, ZW.AD_V2_DIR, "X?format=bin").content
     assert _metric(s, "cellar_remote_cache_hits_total") - hits0 >= chunks
+
+
+def test_remote_bytes_spill_to_the_cache_dir(tmp_path, here_root, weed, web, creds,
+                                             server_factory, local):
+    """With --cache-dir, remote bytes pushed out of a small
+    --remote-cache-bytes go to files there and are read back from them
+    (answers unchanged, no new GET); the files go with the server."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    s = server_factory(here_root, *remote_args(weed, web, creds, "--cache-dir", str(cache),
+                                               "--remote-cache-bytes", "4000",
+                                               "--zarr-chunk-cache-bytes", "0",
+                                               "--answer-cache-bytes", "0"))
+    routes = ["X?format=bin", "layers/counts?layout=csr&format=bin", "obsm/X_pca?format=npy",
+              "obs?format=csv", "raw/X?format=bin"]
+    first = {r: get(s, ZW.AD_V2_DIR, r) for r in routes}
+    for r, resp in first.items():
+        assert resp.status_code == 200 and resp.content == get(local, ZW.AD_V2_DIR, r).content, r
+    assert _metric(s, "cellar_remote_cache_disk_entries") > 0, [ln for ln in s.get("/metrics").text.splitlines() if ln.startswith("cellar_remote")]
+    assert list(cache.glob("remote-*/*.bin"))
+    hits0 = _metric(s, "cellar_remote_cache_disk_hits_total")
+    gets0 = _metric(s, "cellar_remote_requests_total")
+    for r in routes:
+        assert get(s, ZW.AD_V2_DIR, r).content == first[r].content, r
+    assert _metric(s, "cellar_remote_cache_disk_hits_total") > hits0
+    assert _metric(s, "cellar_remote_requests_total") < gets0 + len(routes) * 3
+    s.stop()
+    assert not list(cache.glob("remote-*"))
 
 
 def test_local_stores_beside_remote(remote, zroot):

@@ -212,3 +212,55 @@ void test_remote_roots_config(void)
     cellar_error_clear(&err);
     CHECK(remote_roots_new(&bad, &err) == NULL && err.code == CELLAR_EINVAL);
 }
+
+void test_remote_cache_spill(void);
+void test_remote_cache_spill(void)
+{
+    char dir[] = "/tmp/cellar-spill-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    remote_cache *c = remote_cache_new(4000);
+    CHECK_EQ(remote_cache_spill_to(c, dir, 5000), 0);
+    char block[1000], out[1000];
+    for (int i = 0; i < 9; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "k%d", i);
+        memset(block, 'a' + i, sizeof block);
+        remote_cache_put(c, id, 0, block, sizeof block);
+    }
+    remote_cache_stats st;
+    remote_cache_get_stats(c, &st);
+    CHECK(st.bytes <= 4000 && st.disk_bytes <= 5000 && st.disk_entries == 5);
+    /* k0..k4 were spilled (k5..k8 in memory), and read back from disk. */
+    CHECK_EQ(remote_cache_get(c, "k0", 0, sizeof out, out), 1);
+    CHECK(out[0] == 'a' && out[999] == 'a');
+    CHECK_EQ(remote_cache_get_within(c, "k2", 0, sizeof out, 100, 50, out), 1);
+    CHECK(out[0] == 'c' && out[49] == 'c');
+    remote_cache_get_stats(c, &st);
+    CHECK_EQ(st.disk_hits, 2);
+    /* One more spill passes the disk bound: the least recently used file
+     * goes (k1; k0 and k2 were read since). */
+    memset(block, 'z', sizeof block);
+    remote_cache_put(c, "k9", 0, block, sizeof block);
+    CHECK_EQ(remote_cache_get(c, "k1", 0, sizeof out, out), 0);
+    CHECK_EQ(remote_cache_get(c, "k0", 0, sizeof out, out), 1);
+    /* A spilled file that changed size is not trusted (and is forgotten). */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/remote-%ld", dir, (long)getpid());
+    int seen = 0;
+    for (uint64_t n = 1; n <= 10; n++) {
+        char f[4400];
+        snprintf(f, sizeof f, "%s/%016llx.bin", path, (unsigned long long)n);
+        if (access(f, F_OK) == 0) {
+            seen++;
+            if (truncate(f, 10) != 0)
+                seen = -100;
+        }
+    }
+    CHECK_EQ(seen, 5);
+    CHECK_EQ(remote_cache_get(c, "k3", 0, sizeof out, out), 0);
+    remote_cache_get_stats(c, &st);
+    CHECK_EQ(st.disk_entries, 4);
+    remote_cache_free(c);
+    CHECK(access(path, F_OK) != 0); /* the process's directory is gone */
+    rmdir(dir);
+}
