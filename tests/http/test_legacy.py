@@ -319,9 +319,15 @@ def old_mudata(tmp_path_factory, server_factory):
     lw.write_mudata_no_axis(root / MU_NO_AXIS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(Exception, match="AnnData"):
-            mudata.read_h5mu(root / MU01)
+        try:
+            direct = mudata.read_h5mu(root / MU01)
+        except Exception as e:  # mudata 0.4: no reader for encoding-type "AnnData"
+            assert "AnnData" in str(e), e
+            direct = None
         refs = {MU01: mudata.read_h5mu(side / MU01), MU_NO_AXIS: mudata.read_h5mu(root / MU_NO_AXIS)}
+    if direct is not None:  # mudata 0.3 (the Python 3.11 set) still reads the 0.1 layout: the same
+        assert list(direct.mod) == list(refs[MU01].mod) and direct.shape == refs[MU01].shape
+        assert list(direct.obs_names) == list(refs[MU01].obs_names)
     return server_factory(root), refs, root
 
 
