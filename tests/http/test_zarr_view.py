@@ -497,8 +497,13 @@ def test_trees_are_treedatas_columnar_zarr_layout(vserver, vroot, tmp_path):
 # ------------------------------------------------------------ HTTP semantics of the view's keys
 # a chunk sent from the file (sendfile), a chunk made in memory (strings),
 # a document made in memory
+# anndata 0.13 (pandas 3) writes a string obs index as a nullable string array
+# (a group with values and mask); anndata 0.12 (the Python 3.11 set) as a plain
+# string array.
+OBS_INDEX = ("obs/_index/values" if tuple(int(x) for x in __import__("anndata").__version__.split(".")[:2]) >= (0, 13)
+             else "obs/_index")
 HTTP_KEYS = [("exotic.h5", "layouts/contiguous_1d/1"), ("exotic.h5", "layouts/gzip/0.0"),
-             ("ad.h5ad", "obs/_index/values/0"), ("ad.h5ad", "obs/cat/codes/.zarray"),
+             ("ad.h5ad", OBS_INDEX + "/0"), ("ad.h5ad", "obs/cat/codes/.zarray"),
              ("ad.h5ad", ".zmetadata"), ("td.h5td", "obst/tree1/nodes/0")]
 
 
@@ -699,7 +704,7 @@ def test_zarr_csc_on_zarr_stores_and_missing_keys(vserver, vroot, tmp_path):
 # ------------------------------------------------------------ zarrita.js
 ZARRITA_CASES = [
     ("ad.h5ad", "zarr", "X", ()), ("ad.h5ad", "zarr", "X", (10, 20)), ("ad.h5ad", "zarr", "obs/i64", ()),
-    ("ad.h5ad", "zarr", "obs/cat/codes", ()), ("ad.h5ad", "zarr", "obs/_index/values", ()),
+    ("ad.h5ad", "zarr", "obs/cat/codes", ()), ("ad.h5ad", "zarr", OBS_INDEX, ()),
     ("ad_gzip.h5ad", "zarr", "obsm/X_umap", ()), ("ad_lzf.h5ad", "zarr", "layers/dense i32", ()),
     ("exotic.h5", "zarr", "layouts/gzip_be", ()), ("exotic.h5", "zarr", "layouts/contiguous_2d", (860, 880)),
     ("exotic.h5", "zarr", "layouts/shuffle_gzip", ()), ("exotic.h5", "zarr", "types/be_i2", ()),
