@@ -30,6 +30,7 @@
 #include "common/utf8.h"
 #include "storage/hdf5/h5_access.h"
 #include "storage/hdf5/h5_direct.h"
+#include "storage/hdf5/h5_heap.h"
 #include "storage/hdf5/h5_impl.h"
 #include "storage/hdf5/h5_stream.h"
 #include "storage/hdf5/h5_vfd.h"
@@ -79,6 +80,9 @@ typedef struct h5_node {
     int fd;
     h5d_file_reader reader; /* root only: a reader's file (read NULL: none) */
     char *file_path;   /* root only: the path it was opened by (malloc'd) */
+    /* root only: where heap ids are checked from (h5_heap.h); fd -1 and rd
+     * NULL until the file's bytes are at hand */
+    h5_heap_file heap;
     uint64_t file_size;
     uint64_t chunk_base;
     /* fields of a compound dataset (node_child of an array of records):
@@ -434,7 +438,8 @@ static json_t *json_int_at(const unsigned char *p, size_t size, int is_signed)
 
 /* Appends n JSON values of the attribute's items to flat; returns 0, or -1
  * when the type is not mapped or a read fails (the attribute is skipped). */
-static int attr_values(hid_t attr, hid_t obj, hid_t ftype, hid_t space, size_t n, json_t *flat)
+static int attr_values(hid_t attr, hid_t obj, const h5_heap_file *heap, hid_t ftype,
+                       hid_t space, size_t n, json_t *flat)
 {
     H5T_class_t cls = H5Tget_class(ftype);
     int rc = -1;
@@ -446,6 +451,11 @@ static int attr_values(hid_t attr, hid_t obj, hid_t ftype, hid_t space, size_t n
         if (vl < 0)
             goto done;
         if (vl) {
+            /* The heap ids first: libhdf5 follows them unchecked. */
+            cellar_error local;
+            cellar_error_clear(&local);
+            if ((heap->fd >= 0 || heap->rd) && h5_heap_check_attr(attr, n, heap, &local))
+                goto done;
             mt = H5Tcopy(H5T_C_S1);
             H5T_cset_t cset = H5Tget_cset(ftype);
             if (mt < 0 || H5Tset_size(mt, H5T_VARIABLE) < 0 ||
@@ -561,7 +571,7 @@ static json_t *attr_nest(json_t *flat, const hsize_t *dims, int ndims, int d, si
 }
 
 /* The JSON value of one attribute, or NULL to skip it. */
-static json_t *attr_to_json(hid_t attr, hid_t obj)
+static json_t *attr_to_json(hid_t attr, hid_t obj, const h5_heap_file *heap)
 {
     json_t *result = NULL, *flat = NULL;
     hid_t space = H5Aget_space(attr), ftype = H5I_INVALID_HID;
@@ -586,7 +596,7 @@ static json_t *attr_to_json(hid_t attr, hid_t obj)
     }
     ftype = H5Aget_type(attr);
     flat = json_array();
-    if (ftype < 0 || !flat || attr_values(attr, obj, ftype, space, (size_t)npoints, flat))
+    if (ftype < 0 || !flat || attr_values(attr, obj, heap, ftype, space, (size_t)npoints, flat))
         goto done;
     if (json_array_size(flat) != (size_t)npoints)
         goto done;
@@ -604,6 +614,7 @@ done:
 
 typedef struct attr_walk {
     hid_t obj;
+    const h5_heap_file *heap;
     json_t *attrs;
     int oom;
 } attr_walk;
@@ -615,7 +626,7 @@ static herr_t attr_walk_cb(hid_t loc, const char *name, const H5A_info_t *ainfo,
     hid_t attr = H5Aopen(loc, name, H5P_DEFAULT);
     if (attr < 0)
         return 0;
-    json_t *v = attr_to_json(attr, w->obj);
+    json_t *v = attr_to_json(attr, w->obj, w->heap);
     H5Aclose(attr);
     if (!v)
         return 0;
@@ -636,9 +647,9 @@ static herr_t attr_walk_cb(hid_t loc, const char *name, const H5A_info_t *ainfo,
 
 /* Reads every mappable attribute of obj into attrs; unreadable ones are
  * skipped.  -1 only when out of memory. */
-static int attrs_load(hid_t obj, json_t *attrs)
+static int attrs_load(hid_t obj, const h5_heap_file *heap, json_t *attrs)
 {
-    attr_walk w = {.obj = obj, .attrs = attrs};
+    attr_walk w = {.obj = obj, .heap = heap, .attrs = attrs};
     hsize_t idx = 0;
     H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, &idx, attr_walk_cb, &w);
     return w.oom ? -1 : 0;
@@ -753,6 +764,7 @@ static node *h5_node_alloc(node *parent, const char *name, hid_t obj, hid_t file
     h->ftype = H5I_INVALID_HID;
     h->memtype = H5I_INVALID_HID;
     h->fd = -1;
+    h->heap.fd = -1;
     atomic_init(&h->dstate, DIRECT_UNPLANNED);
     h->dlock_init = pthread_mutex_init(&h->dlock, NULL) == 0;
     n->impl = h;
@@ -761,6 +773,11 @@ static node *h5_node_alloc(node *parent, const char *name, hid_t obj, hid_t file
 
 /* Makes the node for the open object obj (a group or dataset), taking
  * ownership of obj whatever happens. */
+static void direct_file_open(h5_node *h);
+static void direct_reader_open(h5_node *h, const h5_reader *rd);
+/* The reader of the file h5_open_reader is opening on this thread, or NULL. */
+static _Thread_local const h5_reader *opening_reader;
+
 static int h5_node_wrap(node *parent, const char *name, hid_t obj, hid_t file, node **out,
                         cellar_error *err)
 {
@@ -780,7 +797,13 @@ static int h5_node_wrap(node *parent, const char *name, hid_t obj, hid_t file, n
     } else {
         rc = cellar_fail(err, CELLAR_EFORMAT, "'%s' is neither a group nor a dataset", n->path);
     }
-    if (!rc && attrs_load(obj, n->attrs))
+    if (!parent) { /* the file's bytes at hand before its first attribute */
+        if (opening_reader)
+            direct_reader_open(h, opening_reader);
+        else
+            direct_file_open(h);
+    }
+    if (!rc && attrs_load(obj, &((const h5_node *)n->root->impl)->heap, n->attrs))
         rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading attributes of '%s'",
                          n->path);
     if (rc) {
@@ -1325,6 +1348,26 @@ static hid_t xfer_for(const h5_node *h, size_t nelem)
  * nuniq[0] x nuniq[1] x ..., into temp (elements of memtype).  Works in
  * batches of dim-0 blocks so that no file selection holds more than about
  * H5_READ_BLOCK_BUDGET hyperslab blocks. */
+/* Variable-length strings: their heap ids checked before libhdf5 follows
+ * them (h5_heap.h); 0 for other values, or when the file's bytes are not
+ * at hand. */
+static int strings_checked(const node *n, const h5_node *h, hid_t mspace, hid_t fspace,
+                           hid_t dxpl, size_t nelem, cellar_error *err)
+{
+    const h5_heap_file *heap = &((const h5_node *)n->root->impl)->heap;
+    /* (A string field of a compound is read within its records, unchecked.) */
+    if (!h->vlen || h->field || nelem == 0 || (heap->fd < 0 && !heap->rd))
+        return 0;
+    cellar_error local;
+    cellar_error_clear(&local);
+    int rc = h5_heap_check_dataset(h->obj, mspace, fspace, dxpl, nelem, heap, &local);
+    if (rc == CELLAR_ENOMEM)
+        return cellar_fail(err, rc, "out of memory reading '%s'", n->path);
+    return rc ? cellar_fail(err, rc == CELLAR_EIO ? CELLAR_EIO : CELLAR_EFORMAT,
+                            "cannot read the strings of '%s' safely: %s", n->path, local.detail)
+              : 0;
+}
+
 static int read_planned(const node *n, const h5_node *h, const dim_plan *p, int ndim,
                         size_t es, hid_t dxpl, char *temp, cellar_error *err)
 {
@@ -1376,6 +1419,9 @@ static int read_planned(const node *n, const h5_node *h, const dim_plan *p, int 
             rc = h5_fail(err, CELLAR_EFORMAT, "cannot read '%s'", n->path);
             goto done;
         }
+        rc = strings_checked(n, h, mspace, fspace, dxpl, (size_t)nelem, err);
+        if (rc)
+            goto done;
         if (H5Dread(h->obj, h->memtype, mspace, fspace, dxpl,
                     temp + (size_t)row0 * inner * es) < 0) {
             rc = h5_fail(err, CELLAR_EFORMAT, "reading '%s' failed", n->path);
@@ -1422,7 +1468,8 @@ static int read_points(const node *n, const h5_node *h, const dim_plan *p, int n
         rc = h5_fail(err, CELLAR_EFORMAT, "cannot select in '%s'", n->path);
         goto done;
     }
-    if (H5Dread(h->obj, h->memtype, mspace, fspace, dxpl, temp) < 0)
+    rc = strings_checked(n, h, mspace, fspace, dxpl, npoints, err);
+    if (!rc && H5Dread(h->obj, h->memtype, mspace, fspace, dxpl, temp) < 0)
         rc = h5_fail(err, CELLAR_EFORMAT, "reading '%s' failed", n->path);
 done:
     if (mspace >= 0)
@@ -2215,7 +2262,8 @@ static int h5_read_strings(node *n, const dim_sel *sel, arena *a, char **out,
     }
     if (j.ndim == 0) {
         hid_t dxpl = xfer_for(h, 1);
-        if (H5Dread(h->obj, h->memtype, H5S_ALL, H5S_ALL, dxpl, temp) < 0)
+        rc = strings_checked(n, h, H5S_ALL, H5S_ALL, dxpl, 1, err);
+        if (!rc && H5Dread(h->obj, h->memtype, H5S_ALL, H5S_ALL, dxpl, temp) < 0)
             rc = h5_fail(err, CELLAR_EFORMAT, "reading '%s' failed", n->path);
     } else {
         rc = read_unique(n, h, j.plan, j.ndim, es, j.nuniq_total, temp, err);
@@ -2299,6 +2347,8 @@ void h5_library_init(void)
  * file is not on libhdf5's default (sec2) driver. */
 static void direct_file_open(h5_node *h)
 {
+    if (h->fd >= 0)
+        return;
     hid_t fapl = H5Fget_access_plist(h->file);
     hid_t fcpl = H5Fget_create_plist(h->file);
     int *handle = NULL;
@@ -2317,6 +2367,9 @@ static void direct_file_open(h5_node *h)
     }
     h->fd = fd;
     h->file_size = (uint64_t)st.st_size;
+    h5_heap_file heap = {.fd = fd, .size = h->file_size};
+    if (h5_heap_file_sizes(h->file, &heap) == 0)
+        h->heap = heap;
     /* libhdf5 before 1.14.4 reports chunk addresses relative to the base
      * address (after the userblock); H5Dget_offset is absolute. */
 #if H5_VERSION_GE(1, 14, 4)
@@ -2335,6 +2388,8 @@ done:
  * thread may call at once), outside libhdf5's lock. */
 static void direct_reader_open(h5_node *h, const h5_reader *rd)
 {
+    if (h->reader.read)
+        return;
     hid_t fcpl = H5Fget_create_plist(h->file);
     hsize_t userblock = 0;
     if (fcpl < 0 || H5Pget_userblock(fcpl, &userblock) < 0) {
@@ -2345,6 +2400,9 @@ static void direct_reader_open(h5_node *h, const h5_reader *rd)
     H5Pclose(fcpl);
     h->reader = (h5d_file_reader){rd->ctx, rd->size, rd->read};
     h->file_size = rd->size;
+    h5_heap_file heap = {.fd = -1, .rd = &h->reader, .size = rd->size};
+    if (h5_heap_file_sizes(h->file, &heap) == 0)
+        h->heap = heap;
 #if H5_VERSION_GE(1, 14, 4)
     h->chunk_base = 0;
 #else
@@ -2450,8 +2508,10 @@ int h5_open_reader(const h5_reader *rd, const char *what, node **root, cellar_er
     *root = NULL;
     h5_vfd_reader vr = {rd->ctx, rd->size, rd->read};
     hid_t fapl = h5_vfd_fapl(&vr);
+    opening_reader = rd;
     int rc = fapl < 0 ? h5_fail(err, CELLAR_EINTERNAL, "cannot set up access to '%s'", what)
                       : open_tree_with(what, what, fapl, 0, root, err);
+    opening_reader = NULL;
     if (!rc)
         direct_reader_open((*root)->impl, rd);
     node_locked_call_leave(slot);

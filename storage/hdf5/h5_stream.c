@@ -12,6 +12,7 @@
 #include "storage/hdf5/h5_stream.h"
 
 #include "storage/hdf5/h5_access.h"
+#include "storage/hdf5/h5_heap.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -112,14 +113,6 @@ done:
     return rc;
 }
 
-static uint64_t get_le(const unsigned char *p, size_t n)
-{
-    uint64_t v = 0;
-    for (size_t i = n; i > 0; i--)
-        v = v << 8 | p[i - 1];
-    return v;
-}
-
 /* pread of exactly n bytes at off; -1 on error or end of file. */
 static int read_at(int fd, void *buf, size_t n, uint64_t off)
 {
@@ -146,21 +139,21 @@ static int find_object(int fd, uint64_t file_size, const vlen_where *w, uint64_t
     size_t sa = w->sizeof_addr, ss = w->sizeof_size, id_len = 4 + sa + 4;
     if (w->addr > file_size || file_size - w->addr < id_len || read_at(fd, id, id_len, w->addr))
         return not_here(err, "heap id outside the file");
-    uint64_t len = get_le(id, 4), coll = get_le(id + 4, sa), index = get_le(id + 4 + sa, 4);
+    uint64_t len = h5_heap_le(id, 4), coll = h5_heap_le(id + 4, sa), index = h5_heap_le(id + 4 + sa, 4);
     if (len == 0 || index == 0 || coll > file_size - w->base)
         return not_here(err, "empty or null heap id");
     coll += w->base;
     if (file_size - coll < 8 + ss || read_at(fd, hdr, 8 + ss, coll) ||
         memcmp(hdr, "GCOL", 4) != 0 || hdr[4] != 1)
         return not_here(err, "no global heap collection at the address");
-    uint64_t coll_size = get_le(hdr + 8, ss);
+    uint64_t coll_size = h5_heap_le(hdr + 8, ss);
     if (coll_size < 8 + ss || coll_size > file_size - coll)
         return not_here(err, "global heap collection size");
     uint64_t end = coll + coll_size, pos = coll + 8 + ss;
     for (int k = 0; k < MAX_OBJECTS && end - pos >= 8 + ss; k++) {
         if (read_at(fd, hdr, 8 + ss, pos))
             return not_here(err, "global heap object header");
-        uint64_t oi = get_le(hdr, 2), osize = get_le(hdr + 8, ss);
+        uint64_t oi = h5_heap_le(hdr, 2), osize = h5_heap_le(hdr + 8, ss);
         if (oi == 0)
             break; /* free space: the rest of the collection */
         uint64_t data = pos + 8 + ss;

@@ -1186,3 +1186,163 @@ void test_h5_compound_fields(void)
     CHECK_EQ(rep.strings_read, 10);
     CHECK(rep.bytes_read >= 5 * (1 + 4 + 1 + 24));
 }
+
+/* ------------------------------------------- heap ids (h5_heap.c)
+ * Heap ids checked before libhdf5 follows them: a file with a vlen string
+ * attribute and a vlen string dataset, then its global heap collection
+ * damaged byte by byte the ways libhdf5 reads out of bounds on (an object
+ * index the collection lacks, an object larger than its collection, one
+ * longer than its string).  The damaged value is skipped (attribute) or
+ * refused (dataset), never handed to libhdf5; the rest of the file reads. */
+
+#define ATTR_VALUE "ATTRVALUE-one"
+static const char *const DSET_VALUES[3] = {"DSETVAL-a", "DSETVAL-b", "DSETVAL-c"};
+
+static void heap_write_valid(const char *path)
+{
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    hid_t scalar = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f, "note", t, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    const char *v = ATTR_VALUE;
+    CHECK(a >= 0 && H5Awrite(a, t, &v) >= 0);
+    H5Aclose(a);
+    int32_t count = 3;
+    hid_t ca = H5Acreate2(f, "count", H5T_STD_I32LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    CHECK(ca >= 0 && H5Awrite(ca, H5T_NATIVE_INT32, &count) >= 0);
+    H5Aclose(ca);
+    hsize_t dims = 3;
+    hid_t sp = H5Screate_simple(1, &dims, NULL);
+    hid_t d = H5Dcreate2(f, "names", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    CHECK(d >= 0 && H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, DSET_VALUES) >= 0);
+    H5Dclose(d);
+    H5Sclose(sp);
+    H5Sclose(scalar);
+    H5Tclose(t);
+    H5Fclose(f);
+}
+
+/* The offset of the heap object whose data is s (its header, 16 bytes
+ * with 8-byte lengths, right before it, ends with the data's size), or -1. */
+static long object_data(const unsigned char *d, size_t n, const char *s)
+{
+    size_t len = strlen(s);
+    for (size_t i = 16; i + len <= n; i++) {
+        uint64_t size = 0;
+        for (int b = 7; b >= 0; b--)
+            size = size << 8 | d[i - 8 + (size_t)b];
+        if (size == len && memcmp(d + i, s, len) == 0)
+            return (long)i;
+    }
+    return -1;
+}
+
+static void put_le(unsigned char *p, uint64_t v, size_t n)
+{
+    for (size_t i = 0; i < n; i++, v >>= 8)
+        p[i] = (unsigned char)v;
+}
+
+enum damage { INDEX_MISSING, SIZE_PAST_COLLECTION, SIZE_PAST_STRING };
+
+/* A copy of valid with the heap object of value damaged; its path in out. */
+static int write_damaged(const char *valid, const char *value, enum damage how, char *out,
+                         size_t out_size, const char *name)
+{
+    static unsigned char d[1 << 16];
+    size_t n = slurp(valid, (char *)d, sizeof d);
+    CHECK(n > 0 && n < sizeof d);
+    long at = object_data(d, n, value);
+    CHECK(at > 0);
+    if (at <= 0)
+        return -1;
+    unsigned char *hdr = d + at - 16;
+    if (how == INDEX_MISSING)
+        put_le(hdr, 999, 2);
+    else if (how == SIZE_PAST_COLLECTION)
+        put_le(hdr + 8, 1u << 20, 8);
+    else
+        put_le(hdr + 8, strlen(value) + 8, 8);
+    tmp_path(out, out_size, name);
+    write_bytes(out, d, n);
+    return 0;
+}
+
+static int read_names(node *root, char **out, arena *a, cellar_error *err)
+{
+    node *names = NULL;
+    int rc = node_resolve(root, "names", &names, err);
+    if (rc)
+        return rc;
+    dim_sel sel = dim_sel_range(0, 3);
+    return node_read_strings(names, &sel, a, out, err);
+}
+
+void test_h5_heap_ids_checked(void)
+{
+    char valid[512];
+    tmp_path(valid, sizeof valid, "heap_valid.h5");
+    heap_write_valid(valid);
+    cellar_error err;
+    cellar_error_clear(&err);
+    node *root = NULL;
+    CHECK_EQ(h5_open(valid, &root, &err), 0);
+    if (!root)
+        return;
+    CHECK_STR_EQ(json_string_value(json_object_get(node_attrs(root), "note")), ATTR_VALUE);
+    arena *a = arena_new();
+    char *got[3] = {0};
+    CHECK_EQ(read_names(root, got, a, &err), 0);
+    for (int i = 0; i < 3; i++)
+        CHECK_STR_EQ(got[i], DSET_VALUES[i]);
+    node_tree_free(root);
+
+    static const enum damage hows[] = {INDEX_MISSING, SIZE_PAST_COLLECTION, SIZE_PAST_STRING};
+    for (size_t k = 0; k < sizeof hows / sizeof *hows; k++) {
+        /* the attribute's value: skipped, the other attribute and the
+         * dataset read */
+        char path[512], name[64];
+        snprintf(name, sizeof name, "heap_attr%zu.h5", k);
+        if (write_damaged(valid, ATTR_VALUE, hows[k], path, sizeof path, name))
+            continue;
+        root = NULL;
+        cellar_error_clear(&err);
+        CHECK_EQ(h5_open(path, &root, &err), 0);
+        if (root) {
+            CHECK(json_object_get(node_attrs(root), "note") == NULL);
+            CHECK_EQ(json_integer_value(json_object_get(node_attrs(root), "count")), 3);
+            /* A size that moved the objects after it (the dataset's
+             * strings) leaves libhdf5 none of them: refused too. */
+            char *again[3] = {0};
+            cellar_error_clear(&err);
+            int rrc = read_names(root, again, a, &err);
+            if (hows[k] == INDEX_MISSING) {
+                CHECK_EQ(rrc, 0);
+                CHECK_STR_EQ(again[2], DSET_VALUES[2]);
+            } else {
+                CHECK(rrc == 0 || rrc == CELLAR_EFORMAT);
+            }
+            node_tree_free(root);
+        }
+        /* one of the dataset's values: the read refused, naming why */
+        snprintf(name, sizeof name, "heap_dset%zu.h5", k);
+        if (write_damaged(valid, DSET_VALUES[1], hows[k], path, sizeof path, name))
+            continue;
+        root = NULL;
+        cellar_error_clear(&err);
+        CHECK_EQ(h5_open(path, &root, &err), 0);
+        if (root) {
+            CHECK_STR_EQ(json_string_value(json_object_get(node_attrs(root), "note")),
+                         ATTR_VALUE);
+            char *bad[3] = {0};
+            cellar_error_clear(&err);
+            CHECK_EQ(read_names(root, bad, a, &err), CELLAR_EFORMAT);
+            CHECK(strstr(err.detail, "cannot read the strings of '/names' safely") != NULL);
+            node_tree_free(root);
+        }
+    }
+    arena_free(a);
+    CHECK_EQ(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), 0);
+}
