@@ -1229,6 +1229,8 @@ int store_unchanged(const store *s)
                remote_roots_still(s->reg->cfg.remote, s->name, (uint64_t)s->id.ino) &&
                (s->backend != BACKEND_ZARR ||
                 remote_source_unchanged(s->reg->cfg.remote, zarr_store_source(s->root)));
+    if (s->backend == BACKEND_ZARR && s->root && zarr_unsettled(s->root))
+        return 0;
     file_identity now;
     return !store_files_changed(s) && read_identity_as(s->path, is_zarr_directory(s->name), &s->id, &now) == 0 &&
            identity_equal(&now, &s->id);

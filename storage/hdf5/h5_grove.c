@@ -527,11 +527,33 @@ static int space_shape(hid_t space, int *ndim, int64_t *shape, cellar_error *err
     return 0;
 }
 
+/* The dataspace of dset.  A virtual dataset's comes from its creation
+ * properties (the extent its first mapping was written with): for an
+ * unlimited one, H5Dget_space opens every source file to size it, and those
+ * are other files, any path (a FIFO there blocks for good). */
+static hid_t dataset_space(hid_t dset)
+{
+    hid_t dcpl = H5Dget_create_plist(dset);
+    if (dcpl < 0)
+        return -1;
+    H5D_layout_t layout = H5Pget_layout(dcpl);
+    hid_t space = -1;
+    if (layout == H5D_VIRTUAL) {
+        size_t n = 0;
+        if (H5Pget_virtual_count(dcpl, &n) >= 0 && n > 0)
+            space = H5Pget_virtual_vspace(dcpl, 0);
+    } else if (layout >= 0) {
+        space = H5Dget_space(dset);
+    }
+    H5Pclose(dcpl);
+    return space;
+}
+
 int h5g_shape(const h5g_object *o, int *ndim, int64_t *shape, cellar_error *err)
 {
     int slot = node_locked_call_enter();
     h5_quiet();
-    hid_t space = H5Dget_space(o->hid);
+    hid_t space = dataset_space(o->hid);
     int rc = space >= 0 ? space_shape(space, ndim, shape, err)
                         : h5_fail(err, CELLAR_EFORMAT, "cannot read the dataspace");
     if (space >= 0)

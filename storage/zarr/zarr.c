@@ -763,10 +763,28 @@ int zarr_store_bytes(node *root, uint64_t *bytes)
     return src->ops->total_bytes(src, bytes);
 }
 
+static int64_t unsettled_until(node *root)
+{
+    zarr_source *src = store_of(root)->src;
+    return src->ops->unsettled_until ? src->ops->unsettled_until(src) : 0;
+}
+
 int64_t zarr_settled_at(node *root)
 {
     int64_t changed = zarr_changed_since_open(root);
-    return changed ? changed + ZARR_SETTLE_NS : 0;
+    int64_t at = changed ? changed + ZARR_SETTLE_NS : 0;
+    int64_t until = unsettled_until(root);
+    return until > at ? until : at;
+}
+
+int zarr_unsettled(node *root)
+{
+    int64_t until = unsettled_until(root);
+    if (!until)
+        return 0;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    return until > (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 }
 
 zarr_source *zarr_store_source(node *root)

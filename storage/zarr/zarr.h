@@ -98,8 +98,15 @@ int64_t zarr_changed_since_open(node *root);
 
 /* When a store whose version saw a change (zarr_changed_since_open) can be
  * trusted again if nothing changes meanwhile: that change plus the quiet
- * time a new version needs (ns since the epoch); 0 while none. */
+ * time a new version needs, or the end of zarr_unsettled (ns since the
+ * epoch, the later of the two); 0 while none. */
 int64_t zarr_settled_at(node *root);
+
+/* Whether answers of the version that read a chunk as missing (its fill
+ * value) are not trusted yet: the chunk's directory changed so recently
+ * that a writer may be about to put it down (ZARR_MISSING_SETTLE_NS).  The
+ * version is still current; the answer is made again a little later. */
+int zarr_unsettled(node *root);
 
 /* Whether key names a zarr key of the store whose tree root was opened by
  * zarr_open, judged from the metadata alone (the file may still be

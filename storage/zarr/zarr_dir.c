@@ -168,10 +168,11 @@ void zarr_dir_note_fd(zarr_dir *d, int fd)
         note_ctime(d, st.st_ctim);
 }
 
-/* A file that is missing: its nearest existing directory (rel's parent,
- * else the parent's parent, ...) shows whether it was just removed; a
- * store directory that is gone altogether (no links left) changed too. */
-static void note_missing(zarr_dir *d, const char *rel)
+/* The last change of the place of a missing file rel: its nearest existing
+ * directory (rel's parent, else the parent's parent, ..., else the store's
+ * own); now for a store directory that is gone altogether (no links left).
+ * 0 when it cannot be told. */
+static int64_t missing_place_changed(zarr_dir *d, const char *rel)
 {
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", rel);
@@ -181,19 +182,25 @@ static void note_missing(zarr_dir *d, const char *rel)
         if (!slash)
             break;
         *slash = '\0';
-        if (dir[0] && fstatat(d->fd, dir, &st, 0) == 0) {
-            note_ctime(d, st.st_ctim);
-            return;
-        }
+        if (dir[0] && fstatat(d->fd, dir, &st, 0) == 0)
+            return ns_of(st.st_ctim);
     }
     if (fstatat(d->fd, "", &st, AT_EMPTY_PATH) != 0)
-        return;
+        return 0;
     if (st.st_nlink == 0) {
         struct timespec now;
         clock_gettime(CLOCK_REALTIME_COARSE, &now);
-        note_ctime(d, now);
+        return ns_of(now);
     }
-    note_ctime(d, st.st_ctim);
+    return ns_of(st.st_ctim);
+}
+
+/* A file that is missing: whether it was just removed. */
+static void note_missing(zarr_dir *d, const char *rel)
+{
+    int64_t t = missing_place_changed(d, rel);
+    if (t)
+        note_ctime(d, (struct timespec){t / 1000000000, t % 1000000000});
 }
 
 static int open_file_st(zarr_dir *d, const char *rel, int *fd, struct stat *st,
@@ -415,6 +422,29 @@ static void dir_destroy(zarr_source *s)
     free(s);
 }
 
+static void dir_missing_chunk(zarr_source *s, const char *rel)
+{
+    zarr_dir *d = (zarr_dir *)s;
+    if (d->fd < 0)
+        return;
+    int64_t t = missing_place_changed(d, rel);
+    if (!t)
+        return;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    int64_t until = t + ZARR_MISSING_SETTLE_NS;
+    if (until <= ns_of(now))
+        return;
+    int64_t seen = atomic_load(&d->unsettled_until);
+    while (until > seen && !atomic_compare_exchange_weak(&d->unsettled_until, &seen, until))
+        ;
+}
+
+static int64_t dir_unsettled_until(zarr_source *s)
+{
+    return atomic_load(&((zarr_dir *)s)->unsettled_until);
+}
+
 static const zarr_source_ops dir_ops = {
     .open_key = dir_open_key,
     .read_key = dir_read_key,
@@ -422,6 +452,8 @@ static const zarr_source_ops dir_ops = {
     .list = dir_list,
     .total_bytes = dir_total_bytes,
     .changed = dir_changed,
+    .missing_chunk = dir_missing_chunk,
+    .unsettled_until = dir_unsettled_until,
     .destroy = dir_destroy,
 };
 

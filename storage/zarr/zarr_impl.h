@@ -118,6 +118,11 @@ typedef struct zarr_dir {
     char *path;               /* its path when opened (the openat2 fallback) */
     struct timespec born;     /* CLOCK_REALTIME_COARSE just before it opened */
     _Atomic int64_t changed;  /* ns since the epoch; 0 while nothing changed */
+    /* Until when (ns since the epoch) answers that read a chunk as missing
+     * are not trusted: its directory changed less than
+     * ZARR_MISSING_SETTLE_NS before (a writer may be about to put it down).
+     * The version stays (no change was seen); the answer is made again. */
+    _Atomic int64_t unsettled_until;
 } zarr_dir;
 
 /* Opens dir as the directory of a new version, d->src its key source

@@ -227,6 +227,8 @@ static int open_key(zread *r, zarr_key *k, cellar_error *err)
     int rc = r->src->ops->open_key(r->src, rel, k, &local);
     if (rc)
         return cellar_fail(err, rc, "chunk '%s' of '%s': %s", r->key, r->what, local.detail);
+    if (!k->found && r->src->ops->missing_chunk)
+        r->src->ops->missing_chunk(r->src, rel);
     return 0;
 }
 

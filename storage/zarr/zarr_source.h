@@ -40,6 +40,15 @@ typedef struct zarr_source zarr_source;
  * before the version opened); writers put files down milliseconds apart. */
 #define ZARR_SETTLE_NS ((int64_t)500 * 1000 * 1000)
 
+/* How long the directory of a chunk found missing must have been quiet for
+ * the chunk to be read as its fill value (missing_chunk below).  Longer than ZARR_SETTLE_NS: a
+ * writer that creates an array's metadata and then its chunks (anndata's
+ * write_zarr, group by group) may pause longer than that between the two on
+ * a loaded machine, and an answer of fill values for chunks about to be
+ * written is wrong in every version (tests/http/test_soak.py saw it on 2
+ * busy cores). */
+#define ZARR_MISSING_SETTLE_NS ((int64_t)2000 * 1000 * 1000)
+
 /* One opened key, owned by the caller from open_key to close_key. */
 typedef struct zarr_key {
     int found;             /* 0: no such key (nothing else set) */
@@ -90,6 +99,12 @@ typedef struct zarr_source_ops {
      * at once, in parallel, into its cache.  Failures are not reported
      * here: the reads that follow meet them. */
     void (*prefetch)(zarr_source *s, const char *const *rels, size_t n);
+    /* Optional (NULL: none): the chunk key rel, opened and not found, is
+     * about to be read as its fill value; unsettled_until then says until
+     * when such an answer is not to be trusted (ns since the epoch, 0:
+     * trusted), from how recently the place of the chunk changed. */
+    void (*missing_chunk)(zarr_source *s, const char *rel);
+    int64_t (*unsettled_until)(zarr_source *s);
     void (*destroy)(zarr_source *s);
 } zarr_source_ops;
 

@@ -114,3 +114,52 @@ def test_answers_are_whole_versions_under_replacement(tmp_path, server_factory):
     assert set(final["data"]["v"]) == {ROUNDS + 1}
     assert srv.get("/healthz").status_code == 200
     assert srv.alive()
+
+
+
+def test_chunks_not_yet_written_are_never_fill_values(tmp_path, server_factory):
+    """A writer that puts an array's metadata down and its chunks a while
+    later (anndata's write_zarr on a loaded machine, group by group) must
+    not have the missing chunks answered as the fill value: no version ever
+    held those zeros.  The read waits for the store to settle (or says 503);
+    here the chunks come 1.2 s after the metadata, the request at 0.8 s."""
+    import zarr
+
+    root, staging = tmp_path / "root", tmp_path / "staging"
+    root.mkdir()
+    staging.mkdir()
+    values = np.arange(1, 1 + 40 * 6, dtype=np.float32).reshape(40, 6)
+    ad.AnnData(X=values).write_zarr(staging / "late.zarr")
+    srv = server_factory(root)
+    meta = ("zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata")
+    files = [p.relative_to(staging / "late.zarr") for p in (staging / "late.zarr").rglob("*")
+             if p.is_file()]
+    chunks = [p for p in files if p.parts[0] == "X" and p.name not in meta]
+    assert chunks
+    for rel in files:                  # everything but X's chunks
+        if rel not in chunks:
+            (root / "late.zarr" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(staging / "late.zarr" / rel, root / "late.zarr" / rel)
+    written = threading.Event()
+
+    def put_chunks_down():
+        time.sleep(1.2)
+        for rel in chunks:
+            (root / "late.zarr" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(staging / "late.zarr" / rel, root / "late.zarr" / rel)
+        written.set()
+
+    t = threading.Thread(target=put_chunks_down)
+    t.start()
+    time.sleep(0.8)
+    r = srv.get(store_path("late.zarr", "X"))
+    t.join()
+    assert written.is_set()
+    if r.status_code == 503:
+        assert r.headers.get("Retry-After"), r.headers
+    else:
+        assert r.status_code == 200, r.text[:300]
+        got = np.asarray(r.json()["data"])
+        assert np.array_equal(got, values), f"answered {np.unique(got)[:5]}, which no version held"
+    assert np.array_equal(zarr.open_array(str(root / "late.zarr" / "X"), mode="r")[:], values)
+    assert np.array_equal(np.asarray(srv.get(store_path("late.zarr", "X")).json()["data"]), values)

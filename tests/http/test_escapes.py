@@ -235,6 +235,48 @@ def test_hdf5_opens_nothing_an_element_names(escape_dirs, esrv, store):
         assert statuses[base + "/uns/vds_unlimited"] == 422
 
 
+VIEWER_ELEMENTS = ["/uns", "/uns/ext", "/uns/vds", "/uns/vds_unlimited", "/uns/linked",
+                   "/uns/door", "/uns/text"]
+
+
+@pytest.fixture(scope="module")
+def esrv_unprobed(escape_dirs, server_factory):
+    """The same root with the probe off: the serving process's own reads
+    must open nothing either (not only the probe's walk)."""
+    return server_factory(escape_dirs[0], "--probe", "0")
+
+
+@pytest.mark.parametrize("probe", ["on", "off"])
+@pytest.mark.parametrize("store", ["ext_fifo.h5ad", "vds_fifo.h5ad", "elink_fifo.h5ad",
+                                   "soft_fifo.h5ad"])
+def test_hdf5_viewer_routes_open_nothing(escape_dirs, esrv, esrv_unprobed, store, probe):
+    """h5grove's routes (h5web) and the zarr view name the elements whose
+    values live elsewhere: their metadata is answered from this file (an
+    unlimited virtual dataset's extent would make libhdf5 open every source,
+    here a FIFO), their values refused."""
+    s = esrv if probe == "on" else esrv_unprobed
+    statuses = {}
+    for element in VIEWER_ELEMENTS:
+        q = f"file={store}&path={element}"
+        for route in ("meta", "attr", "data", "stats", "paths"):
+            path = f"/h5grove/{route}/?{q}"
+            r = timed_get(s, path)
+            assert_clean(r, path)
+            statuses[(route, element)] = r.status_code
+        for key in (".zattrs", ".zarray", ".zgroup", "0"):
+            path = f"/v1/stores/{store}/zarr{element}/{key}"
+            assert_clean(timed_get(s, path), path)
+    assert_clean(timed_get(s, f"/v1/stores/{store}/zarr/.zmetadata"), ".zmetadata")
+    assert statuses[("meta", "/uns")] == 200
+    values_elsewhere = {"ext_fifo.h5ad": "/uns/ext", "vds_fifo.h5ad": "/uns/vds_unlimited"}
+    if store in values_elsewhere:
+        element = values_elsewhere[store]
+        assert statuses[("meta", element)] == 200
+        r = timed_get(s, f"/h5grove/data/?file={store}&path={element}")
+        assert r.status_code == 422 and "other files" in r.json()["detail"], r.text
+    assert s.alive()
+
+
 @pytest.mark.parametrize("store", ["soft_fifo.h5ad", "soft_secret.h5ad"])
 def test_hdf5_soft_links_through_external_links(escape_dirs, esrv, store):
     root, _ = escape_dirs
