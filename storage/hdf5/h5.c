@@ -1026,6 +1026,13 @@ int h5_elink_refused_take(void)
     return r;
 }
 
+const struct h5_heap_file *h5_node_heap(const node *n)
+{
+    return n && n->ops == &h5_ops && n->root && n->root->impl
+               ? &((const h5_node *)n->root->impl)->heap
+               : NULL;
+}
+
 hid_t h5_node_object(const node *n)
 {
     return n && n->ops == &h5_ops && n->impl ? ((const h5_node *)n->impl)->obj

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/u64set.h"
+#include "storage/hdf5/h5_heap.h"
 #include "storage/hdf5/h5_impl.h"
 #include "storage/node_impl.h"
 
@@ -411,6 +412,8 @@ int h5g_open(node *root, const char *path, h5g_links links, arena *a, h5g_object
     int slot = node_locked_call_enter();
     int rc = open_locked(root, path, links, a, out, err);
     node_locked_call_leave(slot);
+    if (!rc)
+        out->heap = h5_node_heap(root);
     return rc;
 }
 
@@ -630,6 +633,7 @@ int h5g_layout(const h5g_object *o, arena *a, int *chunk_ndim, int64_t *chunks,
 
 typedef struct attr_list {
     arena *a;
+    const h5_heap_file *heap;
     int with_values;
     h5g_attr *items;
     size_t n, cap;
@@ -649,11 +653,39 @@ static int product(int ndim, const int64_t *shape, uint64_t *out)
     return 0;
 }
 
-/* Reads attribute attr's values into at->values. */
-static int attr_read(hid_t attr, hid_t ftype, hid_t space, h5g_attr *at, arena *a)
+/* Values of ftype are stored as heap ids (variable-length strings), which
+ * are checked (h5_heap_check_attr, h5_heap_check_dataset) where cellar
+ * holds the file's bytes (heap_checkable).  Fields of compounds are read
+ * unchecked, as in h5.c. */
+static int vlen_strings(hid_t ftype)
+{
+    return H5Tget_class(ftype) == H5T_STRING && H5Tis_variable_str(ftype) > 0;
+}
+
+static int heap_checkable(const h5_heap_file *heap)
+{
+    return heap && (heap->fd >= 0 || heap->rd);
+}
+
+/* Reads attribute attr's values into at->values; heap ids first checked
+ * against heap (libhdf5 follows them unchecked): an attribute that fails
+ * is unreadable, as h5.c skips it. */
+static int attr_read(hid_t attr, hid_t ftype, hid_t space, h5g_attr *at,
+                     const h5_heap_file *heap, arena *a)
 {
     if (!h5g_type_readable(at->type) || at->count == 0)
         return at->count == 0 ? 0 : (at->unreadable = 1, 0);
+    if (heap_checkable(heap) && vlen_strings(ftype)) {
+        cellar_error local;
+        cellar_error_clear(&local);
+        int rc = h5_heap_check_attr(attr, (size_t)at->count, heap, &local);
+        if (rc == CELLAR_ENOMEM)
+            return -2;
+        if (rc) {
+            at->unreadable = 1;
+            return 0;
+        }
+    }
     uint64_t bytes = at->count * at->type->mem_size;
     if (at->type->mem_size && at->count > GROVE_ATTR_MAX_BYTES / at->type->mem_size) {
         at->unreadable = 1;
@@ -714,7 +746,7 @@ static herr_t attr_cb(hid_t loc, const char *name, const H5A_info_t *info, void 
                !(at->type = describe(ftype, l->a, 0, &local))) {
         rc = local.code == CELLAR_ENOMEM ? cellar_fail(l->err, CELLAR_ENOMEM, "out of memory")
                                          : 1; /* skipped, as h5.c skips it */
-    } else if (l->with_values && attr_read(attr, ftype, space, at, l->a)) {
+    } else if (l->with_values && attr_read(attr, ftype, space, at, l->heap, l->a)) {
         rc = cellar_fail(l->err, CELLAR_ENOMEM, "out of memory");
     }
     if (ftype >= 0)
@@ -754,7 +786,7 @@ static int attrs_by_creation(hid_t obj)
 static int attrs_locked(const h5g_object *o, int with_values, arena *a, h5g_attr **out,
                         size_t *n, cellar_error *err)
 {
-    attr_list l = {.a = a, .with_values = with_values, .err = err};
+    attr_list l = {.a = a, .heap = o->heap, .with_values = with_values, .err = err};
     herr_t st = -1;
     if (attrs_by_creation(o->hid)) {
         hsize_t idx = 0;
@@ -855,6 +887,19 @@ static int read_locked(const h5g_object *o, const h5g_type *t, int ndim, const i
     if (mspace < 0 || mt < 0 || !tmp) {
         rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory");
         goto done;
+    }
+    if (heap_checkable(o->heap) && vlen_strings(ftype)) {
+        cellar_error local;
+        cellar_error_clear(&local);
+        rc = h5_heap_check_dataset(o->hid, mspace, fspace, H5P_DEFAULT, (size_t)n, o->heap,
+                                   &local);
+        if (rc) {
+            rc = rc == CELLAR_ENOMEM ? cellar_fail(err, rc, "out of memory")
+                                     : cellar_fail(err, CELLAR_EFORMAT,
+                                                   "cannot read these strings safely: %s",
+                                                   local.detail);
+            goto done;
+        }
     }
     if (H5Dread(o->hid, mt, mspace, fspace, H5P_DEFAULT, tmp) < 0) {
         rc = h5_fail(err, CELLAR_EFORMAT, "cannot read the values");

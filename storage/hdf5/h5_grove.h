@@ -77,6 +77,9 @@ typedef struct h5g_object {
     const char *target_path;  /* soft and external links */
     const char *target_file;  /* external links */
     int64_t hid;              /* groups, datasets, datatypes: open; else -1 */
+    /* where the file's heap ids are checked from before libhdf5 follows
+     * them (storage/hdf5/h5_heap.h), borrowed; NULL: read unchecked */
+    const struct h5_heap_file *heap;
 } h5g_object;
 
 /* The object at path (absolute, or relative to the root; "/" the root) in

@@ -30,6 +30,10 @@ int h5_elink_refused_take(void);
  * H5I_INVALID_HID for a node of another backend. */
 hid_t h5_node_object(const node *n);
 
+/* Where heap ids of n's file are checked from (storage/hdf5/h5_heap.h),
+ * borrowed from its root; NULL for a node of another backend. */
+const struct h5_heap_file *h5_node_heap(const node *n);
+
 /* The link names of group obj (path names it in errors), in creation
  * order where tracked and indexed, else name order (as h5py lists them). */
 int h5_list_links(hid_t obj, const char *path, arena *a, const char ***names, size_t *count,
