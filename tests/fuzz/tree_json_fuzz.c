@@ -1,4 +1,5 @@
-/* Fuzz target: the TreeData tree JSON reader and the tree index queries.
+/* Fuzz target: the TreeData tree JSON reader (plain, in pieces, and as
+ * treedata 0.0.x's raw.treedata member) and the tree index queries.
  *
  * With libFuzzer: cc -DCELLAR_LIBFUZZER -fsanitize=fuzzer,address ...
  * Without it, main() replays every file named on the command line, or every
@@ -96,6 +97,59 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tree_json_reader_free(r);
     tree_forest_free(f2);
     MUST((rc == 0) == (rc2 == 0));
+
+    /* treedata 0.0.x: the input as raw.treedata's "obst" member, beside a
+     * label and another axis, gives the plain reader's verdict and trees;
+     * and the input itself as raw.treedata never breaks the reader. */
+    static const char head[] = "{\"vart\": {}, \"label\": \"lab\", \"obst\": ";
+    static const char tail[] = ", \"allow_overlap\": 1}";
+    size_t wrapped_n = sizeof head - 1 + size + sizeof tail - 1;
+    char *wrapped = malloc(wrapped_n);
+    MUST(wrapped != NULL);
+    memcpy(wrapped, head, sizeof head - 1);
+    memcpy(wrapped + sizeof head - 1, data, size);
+    memcpy(wrapped + sizeof head - 1 + size, tail, sizeof tail - 1);
+    for (int whole = 0; whole < 2; whole++) {
+        const char *in = whole ? (const char *)data : wrapped;
+        size_t n = whole ? size : wrapped_n;
+        tree_json_reader *lr = tree_json_reader_new_legacy("obst");
+        MUST(lr != NULL);
+        cellar_error err3;
+        cellar_error_clear(&err3);
+        int rc3 = 0;
+        for (size_t i = 0; i < n && rc3 == 0; i += step)
+            rc3 = tree_json_reader_feed(lr, in + i, n - i < step ? n - i : step, &err3);
+        tree_forest *f3 = NULL;
+        if (rc3 == 0)
+            rc3 = tree_json_reader_finish(lr, &f3, &err3);
+        MUST(rc3 == 0 || err3.code == rc3);
+        MUST((rc3 == 0) == (f3 != NULL));
+        if (f3) {
+            tree_json_legacy info;
+            tree_json_reader_legacy(lr, &info);
+            for (size_t i = 0; i < tree_forest_count(f3); i++)
+                check_tree(tree_forest_tree(f3, i));
+            if (!whole) {
+                MUST(info.has_trees && info.has_label && info.label &&
+                     strcmp(info.label, "lab") == 0);
+                MUST(info.has_allow_overlap && info.allow_overlap == 1);
+            }
+            free(info.label);
+        }
+        if (!whole) {
+            MUST((rc == 0) == (rc3 == 0));
+            if (rc == 0 && f3) {
+                tree_forest *again = NULL;
+                cellar_error_clear(&err);
+                MUST(tree_forest_from_json((const char *)data, size, &again, &err) == 0);
+                MUST(tree_forest_count(again) == tree_forest_count(f3));
+                tree_forest_free(again);
+            }
+        }
+        tree_forest_free(f3);
+        tree_json_reader_free(lr);
+    }
+    free(wrapped);
 
     /* The input as one node's attributes. */
     char *text = malloc(size + 1);
