@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <uv.h>
 
 /* A background job on its way to libuv's work queue. */
@@ -126,7 +127,15 @@ static void on_stop_signal(uv_signal_t *h, int signum)
     if (st->cfg->on_stop)
         st->cfg->on_stop(st->cfg->on_stop_ctx);
     http_set_background(st->cfg->http, NULL, NULL);
-    http_drain_and_stop(st->cfg->http, st->cfg->drain_seconds);
+    unsigned stuck = http_drain_and_stop(st->cfg->http, st->cfg->drain_seconds);
+    if (stuck) {
+        /* Their threads may never return (a call into libhdf5 on a damaged
+         * file): waiting for them would keep the process up for good. */
+        fprintf(stderr, "cellar: %u request(s) still running after --drain-seconds %g; "
+                        "exiting without them\n", stuck, st->cfg->drain_seconds);
+        fflush(NULL);
+        _exit(1);
+    }
     fprintf(stderr, "cellar: stopped\n");
     uv_walk(&st->loop, close_handle, st);
 }

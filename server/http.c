@@ -1653,10 +1653,10 @@ unsigned http_in_flight(http_server *h)
     return atomic_load(&h->in_flight);
 }
 
-void http_drain_and_stop(http_server *h, double drain_seconds)
+unsigned http_drain_and_stop(http_server *h, double drain_seconds)
 {
     if (!h)
-        return;
+        return 0;
     atomic_store(&h->stopping, 1);
     for (unsigned i = 0; i < h->n_daemons; i++) {
         MHD_socket listener = MHD_quiesce_daemon(h->daemons[i]);
@@ -1670,5 +1670,9 @@ void http_drain_and_stop(http_server *h, double drain_seconds)
         struct timespec pause = {0, 10 * 1000 * 1000};
         nanosleep(&pause, NULL);
     }
+    unsigned left = atomic_load(&h->in_flight);
+    if (left > 0 && drain_seconds > 0)
+        return left;
     http_free(h);
+    return 0;
 }

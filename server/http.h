@@ -23,8 +23,12 @@ http_server *http_start(const server_config *cfg, registry *reg, metrics *m,
 /* Stops accepting connections, waits up to drain_seconds for requests in
  * flight, then stops and frees the server.  From its first moment /readyz
  * answers 503 and every answer carries Connection: close, so clients on
- * kept-alive connections (a balancer's pool) leave too. */
-void http_drain_and_stop(http_server *h, double drain_seconds);
+ * kept-alive connections (a balancer's pool) leave too.  Returns 0; or,
+ * when requests are still running past drain_seconds (0: no deadline, wait
+ * for them) the number of them, with the server left as it is: a thread
+ * stuck inside libhdf5 never returns, and stopping the daemons would wait
+ * for it for good, so the caller ends the process instead. */
+unsigned http_drain_and_stop(http_server *h, double drain_seconds);
 
 /* Runs fn(arg) on a background worker; 0 when accepted, nonzero when
  * refused.  Called from request threads. */

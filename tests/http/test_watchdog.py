@@ -6,6 +6,7 @@ longer than the deadline, so a balancer routes around the replica."""
 from __future__ import annotations
 
 import shutil
+import signal
 import threading
 import time
 from pathlib import Path
@@ -61,7 +62,8 @@ def test_readyz_fails_while_libhdf5_is_stuck(tmp_path, server_factory):
     turns 503 after the deadline, /healthz and zarr stores still answer."""
     fname = hanging_file(tmp_path)
     shutil.copytree(EXAMPLES / "blood.zarr", tmp_path / "blood.zarr")
-    s = server_factory(tmp_path, "--probe", "0", "--request-timeout-seconds", "1", "--threads", "4")
+    s = server_factory(tmp_path, "--probe", "0", "--request-timeout-seconds", "1", "--threads", "4",
+                       "--drain-seconds", "2")
     assert s.get("/readyz").status_code == 200
 
     def stuck():
@@ -84,5 +86,16 @@ def test_readyz_fails_while_libhdf5_is_stuck(tmp_path, server_factory):
         assert "a call into libhdf5 has been running" in r.json()["detail"]
         assert fresh_get(s.url("/healthz")).status_code == 200
         assert fresh_get(s.url("/v1/stores/blood.zarr")).status_code == 200
+        # SIGTERM: the stuck thread never returns, so the process does not
+        # wait for it past --drain-seconds (it used to stay up for good,
+        # spinning a core, until SIGKILL)
+        t0 = time.monotonic()
+        s.proc.send_signal(signal.SIGTERM)
+        rc = s.proc.wait(timeout=15)
+        took = time.monotonic() - t0
+        assert rc == 1 and 1.5 < took < 10, (rc, took)
+        log = s.log.read_text(errors="replace")
+        assert "1 request(s) still running after --drain-seconds 2; exiting without them" in log, \
+            log[-2000:]
     finally:
-        s.stop()  # its stuck thread spins a core until the process goes
+        s.stop()
