@@ -1247,7 +1247,7 @@ double store_settle_seconds(const store *s)
         return 0;
     int64_t at = zarr_settled_at(s->root);
     struct timespec now;
-    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    clock_gettime(CLOCK_REALTIME, &now);
     int64_t left = at - ((int64_t)now.tv_sec * 1000000000 + now.tv_nsec);
     return at && left > 0 ? (double)left / 1e9 : 0;
 }

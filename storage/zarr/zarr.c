@@ -782,8 +782,10 @@ int zarr_unsettled(node *root)
     int64_t until = unsettled_until(root);
     if (!until)
         return 0;
+    /* The precise clock: the coarse one lags by up to a tick, and a wait
+     * reckoned from it (store_settle_seconds) could end inside the window. */
     struct timespec now;
-    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    clock_gettime(CLOCK_REALTIME, &now);
     return until > (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 }
 

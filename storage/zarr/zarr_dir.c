@@ -431,7 +431,7 @@ static void dir_missing_chunk(zarr_source *s, const char *rel)
     if (!t)
         return;
     struct timespec now;
-    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    clock_gettime(CLOCK_REALTIME, &now);
     int64_t until = t + ZARR_MISSING_SETTLE_NS;
     if (until <= ns_of(now))
         return;
