@@ -122,3 +122,18 @@ size_t utf8_drop_cuts(char *s, size_t n)
         p[o] = '\0';
     return o;
 }
+
+size_t utf8_next(const unsigned char *s, size_t n, unsigned long *cp)
+{
+    size_t len = utf8_seq_len(s, n);
+    if (!len) {
+        *cp = 0xfffd;
+        return utf8_bad_len(s, n);
+    }
+    static const unsigned char lead_mask[5] = {0, 0x7f, 0x1f, 0x0f, 0x07};
+    unsigned long c = s[0] & lead_mask[len];
+    for (size_t k = 1; k < len; k++)
+        c = (c << 6) | (s[k] & 0x3f);
+    *cp = c;
+    return len;
+}

@@ -22,6 +22,10 @@ int utf8_sanitize(const char *s, size_t n, struct buf *out);
  * stay.  Returns the new length (NUL-terminated when shorter). */
 size_t utf8_drop_cuts(char *s, size_t n);
 
+/* The character at s (n > 0 bytes left) in *cp and the bytes it spans; an
+ * invalid sequence is U+FFFD over the bytes utf8_sanitize replaces. */
+size_t utf8_next(const unsigned char *s, size_t n, unsigned long *cp);
+
 /* Whether s[0..n) is valid UTF-8. */
 int utf8_valid(const char *s, size_t n);
 

@@ -61,6 +61,10 @@ typedef struct legacy_plan {
 typedef struct vnode {
     recipe r;
     node *target, *target2;
+    int in_uns;         /* at or below uns */
+    int boxed;          /* a 1-element byte string array shown as the 0-d string */
+    int restated;       /* an alias whose info or attributes differ from its target's */
+    int text;           /* a variable-length string field decoded to str values */
     legacy_plan *plan;  /* owned by the view's root, borrowed below it */
     vspec *kids;        /* NULL: the target's own children, as aliases */
     size_t n_kids;
@@ -530,6 +534,44 @@ static int copy_attrs(node *n, const node *target, cellar_error *err)
     return 0;
 }
 
+/* A stored byte string array of one value without an encoding: what
+ * read_h5ad's read_dataset reads as that string (old writers stored
+ * scalars in uns so). */
+static int is_boxed_bytes(const node *n)
+{
+    const node_info *in = node_get_info(n);
+    return in->type == NODE_ARRAY && !element_encoding(n) && in->dtype == DT_STRING &&
+           in->string_size > 0 && in->n_fields == 0 && in->ndim == 1 && in->shape[0] == 1;
+}
+
+/* An alias n (info and attributes copied from its target) as anndata reads
+ * the stored node in these layouts, restated so that a reader of the zarr
+ * view reads the same: a variable-length string field of an array of
+ * records (read_dataframe_legacy decodes every string field to str) is
+ * text (legacy_text), and a boxed byte string in uns is the 0-d string it
+ * stands for. */
+static int alias_as_read(node *n, vnode *v, const vnode *up, cellar_error *err)
+{
+    const node_info *in = &n->info;
+    int rc = 0;
+    v->restated = 1;
+    if (up && up->r == R_FRAME && in->type == NODE_ARRAY && in->dtype == DT_STRING &&
+        in->string_size == 0 && in->ndim == 1 && !element_encoding(n)) {
+        v->text = 1;
+    } else if (v->in_uns && is_boxed_bytes(n)) {
+        v->boxed = 1;
+        n->info.ndim = 0;
+        n->info.shape[0] = 0;
+        n->info.string_size = 0;
+        rc = set_attr(n, "encoding-type", json_string("string"), err);
+        if (!rc)
+            rc = set_attr(n, "encoding-version", json_string("0.2.0"), err);
+    } else {
+        v->restated = 0;
+    }
+    return rc;
+}
+
 /* A view node of spec s under parent (NULL for the view's root). */
 static int view_make(node *parent, const vspec *s, legacy_plan *plan, node **out,
                      cellar_error *err)
@@ -554,10 +596,14 @@ static int view_make(node *parent, const vspec *s, legacy_plan *plan, node **out
     v->plan = plan;
     v->a = a;
     n->impl = v;
+    const vnode *up = parent && parent->ops == &view_ops ? parent->impl : NULL;
+    v->in_uns = (up && up->in_uns) || (up && up->r == R_ROOT && !strcmp(s->name, "uns"));
     int rc = 0;
     if (s->r == R_ALIAS && s->target) {
         n->info = *node_get_info(s->target);
         rc = copy_attrs(n, s->target, err);
+        if (!rc)
+            rc = alias_as_read(n, v, up, err);
     } else {
         n->info.type = NODE_GROUP;
         if (s->target && node_get_info(s->target)->type == NODE_GROUP)
@@ -617,12 +663,15 @@ static int view_read(node *n, const dim_sel *sel, void *out, size_t out_bytes,
 static int view_read_strings(node *n, const dim_sel *sel, arena *a, char **out,
                              cellar_error *err)
 {
-    return node_read_strings(((vnode *)n->impl)->target, sel, a, out, err);
+    const vnode *v = n->impl;
+    dim_sel one = dim_sel_range(0, 1);
+    return node_read_strings(v->target, v->boxed ? &one : sel, a, out, err);
 }
 
 static int view_file_extent(node *n, int *fd, uint64_t *offset, uint64_t *length)
 {
-    return node_file_extent(((vnode *)n->impl)->target, fd, offset, length);
+    const vnode *v = n->impl;
+    return v->boxed ? 1 : node_file_extent(v->target, fd, offset, length);
 }
 
 static int view_stream_string(node *n, size_t piece, node_string_sink sink, void *ctx,
@@ -734,6 +783,22 @@ static int view_build(node *g, void *ctx, void **value, cellar_error *err)
     m->owned = 1;
     *value = m;
     return 0;
+}
+
+int legacy_text(const node *n)
+{
+    return n && n->ops == &view_ops && n->impl && ((const vnode *)n->impl)->text;
+}
+
+node *legacy_stored(node *n)
+{
+    while (n && n->ops == &view_ops) {
+        const vnode *v = n->impl;
+        if (!v || v->r != R_ALIAS || !v->target || v->restated)
+            return n;
+        n = v->target;
+    }
+    return n;
 }
 
 int legacy_view(node *g, node **out, cellar_error *err)

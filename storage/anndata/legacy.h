@@ -28,4 +28,15 @@
  * reading g's children and the codes of a legacy obs or var gives. */
 int legacy_view(node *g, node **out, cellar_error *err);
 
+/* The stored node a node of such a view shows as it is (an alias, followed
+ * to its end), so that a reader of the stored layout (the zarr view's
+ * chunks sent from the file) can use it; n itself for any other node. */
+node *legacy_stored(node *n);
+
+/* Whether n is a variable-length string field of an array of records that
+ * the view shows as a dataframe column: read_dataframe_legacy decodes it
+ * to str values, which a zarr reader gets alike from fixed-width text
+ * (numpy's <U, what anndata's read_dataset turns into str as well). */
+int legacy_text(const node *n);
+
 #endif

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <zlib.h>
 
+#include "storage/anndata/legacy.h"
 #include "storage/h5zarr/h5zarr_impl.h"
 #include "storage/zarr/zarr.h"
 
@@ -30,6 +31,18 @@ static int zarr_name_ok(const char *name)
 }
 
 /* ---- resolving paths ---- */
+
+/* AnnData group g as anndata reads it (storage/anndata/legacy.h: older
+ * layouts in today's encodings), so read_zarr of the view reads what
+ * read_h5ad reads; g as stored when that view cannot be made (its layout
+ * is then what the view shows). */
+static node *as_anndata_reads(node *g)
+{
+    node *view = g;
+    cellar_error ignored;
+    cellar_error_clear(&ignored);
+    return legacy_view(g, &view, &ignored) ? g : view;
+}
 
 /* The view node of HDF5 node n (a child of a group of the view). */
 static int from_hdf5(h5zarr_src *v, node *n, vnode *out, cellar_error *err)
@@ -57,7 +70,8 @@ static int from_hdf5(h5zarr_src *v, node *n, vnode *out, cellar_error *err)
     cellar_error local;
     cellar_error_clear(&local);
     const char *why = NULL;
-    rc = h5za_describe(n, &out->arr, &why, &local);
+    /* A dataset the AnnData view shows as stored keeps its chunks and their bytes. */
+    rc = h5za_describe(legacy_stored(n), &out->arr, &why, &local);
     if (rc == CELLAR_ENOTFOUND) {
         out->why = why;
         return 0;
@@ -88,6 +102,8 @@ static int child_of(h5zarr_src *v, const vnode *parent, const char *name, vnode 
     switch (parent->src) {
     case VS_HDF5: {
         node *c = node_child_opt(parent->h5, name);
+        if (c && parent->h5 == v->mods)
+            c = as_anndata_reads(c);
         return c ? from_hdf5(v, c, out, err) : 0;
     }
     case VS_TREES:
@@ -179,10 +195,31 @@ static int list_children(h5zarr_src *v, const vnode *g, arena *a, const char ***
 
 /* ---- documents ---- */
 
+/* anndata 0.7's dataframes (encoding-version 0.1.0) name a column's
+ * categories by an HDF5 object reference, which node attributes give as
+ * the target's path ("/obs/__categories/cat"); its zarr reader looks the
+ * categories up by a key of the column's parent ("__categories/cat"). */
+static void categories_as_key(const vnode *n, json_t *attrs)
+{
+    const char *cats = json_string_value(json_object_get(attrs, "categories"));
+    const char *path = node_path(n->h5), *slash = strrchr(path, '/');
+    if (n->kind != VK_ARRAY || !cats || cats[0] != '/' || !slash ||
+        json_object_get(attrs, "encoding-type"))
+        return;
+    size_t parent = (size_t)(slash - path) + 1; /* with its '/' */
+    if (strncmp(cats, path, parent) == 0 && cats[parent])
+        json_object_set_new(attrs, "categories", json_string(cats + parent));
+}
+
 static json_t *attrs_of(const vnode *n)
 {
     switch (n->src) {
-    case VS_HDF5: return json_deep_copy(node_attrs(n->h5));
+    case VS_HDF5: {
+        json_t *attrs = json_deep_copy(node_attrs(n->h5));
+        if (attrs)
+            categories_as_key(n, attrs);
+        return attrs;
+    }
     case VS_CSC: return h5zc_attrs(n);
     default: return h5zt_attrs(n);
     }
@@ -269,7 +306,7 @@ static int key_bytes(h5zarr_src *v, const vnode *n, const char *file, int at_roo
         return 0;
     }
     if (n->src == VS_HDF5)
-        return h5za_chunk(n->h5, n->arr, cidx, max_chunk(v), c, err);
+        return h5za_chunk(legacy_stored(n->h5), n->arr, cidx, max_chunk(v), c, err);
     if (n->src == VS_CSC_ARRAY)
         return h5zc_chunk(v, n, cidx, c, err);
     return h5zt_chunk(n, cidx, max_chunk(v), c, err);
@@ -432,6 +469,12 @@ static int build_view(void *ctx, void **value, size_t *bytes, cellar_error *err)
     v->src.ops = &h5zarr_ops;
     v->s = c->s;
     v->h5root = store_root(c->s);
+    if (store_get_kind(c->s) == KIND_MUDATA) {
+        node *mods = node_child_opt(v->h5root, "mod");
+        v->mods = mods && node_get_info(mods)->type == NODE_GROUP ? mods : NULL;
+    } else {
+        v->h5root = as_anndata_reads(v->h5root);
+    }
     v->opt = *c->o;
     v->mtime = store_mtime(c->s);
     node *root = NULL;

@@ -10,6 +10,8 @@
 
 #include "common/numfmt.h"
 #include "common/satmath.h"
+#include "common/utf8.h"
+#include "storage/anndata/legacy.h"
 #include "storage/h5zarr/h5zarr_impl.h"
 #include "storage/hdf5/h5.h"
 
@@ -43,7 +45,11 @@ void h5za_block_grid(int ndim, const int64_t *shape, size_t item, size_t target,
 void h5za_varray_clear(varray *a)
 {
     json_decref(a->fill_value);
-    a->fill_value = NULL;
+    json_decref(a->dtype_json);
+    free(a->fields);
+    a->fill_value = a->dtype_json = NULL;
+    a->fields = NULL;
+    a->n_fields = 0;
 }
 
 /* The fill value of a numeric array as zarr v2 writes it: a number, true or
@@ -87,8 +93,9 @@ json_t *h5za_zarray(const varray *a)
     json_t *comp = a->zlib_level >= 0 ? json_pack("{s:s, s:i}", "id", "zlib", "level", a->zlib_level)
                                       : json_null();
     json_t *filters = a->vlen ? json_pack("[{s:s}]", "id", "vlen-utf8") : json_null();
-    return json_pack("{s:o*, s:o*, s:s, s:O, s:o*, s:o*, s:s, s:s, s:i}", "shape", shape,
-                     "chunks", chunks, "dtype", a->dtype, "fill_value",
+    json_t *dtype = a->dtype_json ? json_incref(a->dtype_json) : json_string(a->dtype);
+    return json_pack("{s:o*, s:o*, s:o*, s:O, s:o*, s:o*, s:s, s:s, s:i}", "shape", shape,
+                     "chunks", chunks, "dtype", dtype, "fill_value",
                      a->fill_value ? a->fill_value : json_null(), "compressor", comp, "filters",
                      filters, "order", "C", "dimension_separator", ".", "zarr_format", 2);
 }
@@ -100,7 +107,7 @@ static int static_key_describe; /* node_memo key */
 typedef struct described {
     varray a;
     int ok;
-    char why[200];
+    char why[320];
 } described;
 
 static void described_free(void *value)
@@ -144,6 +151,166 @@ static void numeric_array(node *n, const node_info *in, const h5_storage *st, va
     (void)n;
 }
 
+/* Characters in the UTF-8 text s (invalid bytes as U+FFFD each, as
+ * utf8_next reads them). */
+static size_t text_chars(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), chars = 0;
+    unsigned long cp;
+    for (size_t i = 0; i < n; chars++)
+        i += utf8_next(p + i, n - i, &cp);
+    return chars;
+}
+
+/* The widest string of the 1-D string array n in characters (1 at least:
+ * numpy has no <U0), read BLOCK_STRINGS at a time. */
+static int text_width(node *n, size_t *width, cellar_error *err)
+{
+    const node_info *in = node_get_info(n);
+    *width = 1;
+    for (int64_t start = 0; start < in->shape[0]; start += (int64_t)BLOCK_STRINGS) {
+        int64_t k = in->shape[0] - start;
+        if (k > (int64_t)BLOCK_STRINGS)
+            k = (int64_t)BLOCK_STRINGS;
+        arena *a = arena_new();
+        char **s = a ? arena_calloc(a, (size_t)k, sizeof *s) : NULL;
+        if (!s) {
+            arena_free(a);
+            return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", node_path(n));
+        }
+        dim_sel sel = dim_sel_range(start, k);
+        int rc = node_read_strings(n, &sel, a, s, err);
+        for (int64_t i = 0; !rc && i < k; i++) {
+            size_t c = s[i] ? text_chars(s[i]) : 0;
+            if (c > *width)
+                *width = c;
+        }
+        arena_free(a);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Strings shown as numpy's fixed-width text (<U: UTF-32 code units). */
+static int text_array(node *n, const node_info *in, varray *a, cellar_error *err)
+{
+    size_t width;
+    int rc = text_width(n, &width, err);
+    if (rc)
+        return rc;
+    if (width > (SIZE_MAX / 4) / 2)
+        return cellar_fail(err, CELLAR_ETOOBIG, "the strings of '%s' are too long", node_path(n));
+    a->how = HOW_UNICODE;
+    a->item = 4 * width;
+    snprintf(a->dtype, sizeof a->dtype, "<U%zu", width);
+    h5za_block_grid(a->ndim, in->shape, a->item, BLOCK_BYTES, a->chunk);
+    a->fill_value = json_string("");
+    return 0;
+}
+
+/* How field f (the array of one field of 1-D records) goes into a packed
+ * record: numbers in native order, fixed-length strings as they are (|S),
+ * variable-length ones as fixed-width text (<U, as wide as the widest),
+ * which anndata's readers decode as they decode them from HDF5.  0 when
+ * zarr cannot hold the field (an array field, a nested record, a
+ * reference): *typestr unset. */
+static int field_layout(node *f, vfield *out, char *typestr, size_t cap, cellar_error *err)
+{
+    const node_info *in = node_get_info(f);
+    out->field = f;
+    if (in->ndim != 1 || in->n_fields)
+        return 0;
+    if (dtype_is_numeric(in->dtype)) {
+        out->how = VF_NUMBER;
+        out->size = dtype_size(in->dtype);
+        snprintf(typestr, cap, "%s", dtype_npy_descr(in->dtype));
+        return 1;
+    }
+    if (in->dtype != DT_STRING)
+        return 0;
+    if (in->string_size) {
+        out->how = VF_BYTES;
+        out->size = in->string_size;
+        snprintf(typestr, cap, "|S%zu", in->string_size);
+        return 1;
+    }
+    size_t width;
+    int rc = text_width(f, &width, err);
+    if (rc)
+        return -rc;
+    if (width > (SIZE_MAX / 4) / 2)
+        return 0;
+    out->how = VF_TEXT;
+    out->size = 4 * width;
+    snprintf(typestr, cap, "<U%zu", width);
+    return 1;
+}
+
+/* A 1-D array of records as a zarr v2 structured dtype of packed records
+ * (numpy's layout for a list of fields), row blocks of about 1 MiB.
+ * CELLAR_ENOTFOUND with d->why set when a field cannot be held. */
+static int records_array(node *n, const node_info *in, described *d, cellar_error *err)
+{
+    varray *a = &d->a;
+    arena *ar = arena_new();
+    const char **names = NULL;
+    size_t count = 0;
+    int rc = ar ? node_children(n, ar, &names, &count, err)
+                : cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    if (rc)
+        goto done;
+    a->fields = calloc(count ? count : 1, sizeof *a->fields);
+    a->dtype_json = json_array();
+    if (!a->fields || !a->dtype_json) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+        goto done;
+    }
+    size_t offset = 0;
+    for (size_t i = 0; i < count && in->ndim == 1; i++) {
+        node *f = NULL;
+        char typestr[32];
+        rc = node_child(n, names[i], &f, err);
+        int ok = rc ? 0 : field_layout(f, &a->fields[i], typestr, sizeof typestr, err);
+        if (rc || ok < 0) {
+            rc = rc ? rc : -ok;
+            goto done;
+        }
+        if (!ok || offset > SIZE_MAX / 2) {
+            snprintf(d->why, sizeof d->why,
+                     "'%.80s' is an HDF5 compound dataset whose field '%.80s' zarr cannot express "
+                     "in a structured dtype: the zarr view leaves it out",
+                     node_path(n), names[i]);
+            d->ok = 0;
+            goto done;
+        }
+        a->fields[i].offset = offset;
+        offset += a->fields[i].size;
+        if (json_array_append_new(a->dtype_json, json_pack("[s,s]", names[i], typestr))) {
+            rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+            goto done;
+        }
+    }
+    if (in->ndim != 1 || !count) {
+        snprintf(d->why, sizeof d->why,
+                 "'%.100s' is an HDF5 compound dataset of %d dimensions and %zu fields, which "
+                 "zarr cannot express in a structured dtype: the zarr view leaves it out",
+                 node_path(n), in->ndim, count);
+        d->ok = 0;
+        goto done;
+    }
+    a->n_fields = count;
+    a->how = HOW_RECORDS;
+    a->item = offset ? offset : 1;
+    snprintf(a->dtype, sizeof a->dtype, "|V%zu", a->item);
+    h5za_block_grid(1, in->shape, a->item, BLOCK_BYTES, a->chunk);
+    a->fill_value = json_null();
+done:
+    arena_free(ar);
+    return rc;
+}
+
 static int describe(node *n, void *ctx, void **value, cellar_error *err)
 {
     (void)ctx;
@@ -164,6 +331,12 @@ static int describe(node *n, void *ctx, void **value, cellar_error *err)
         snprintf(a->dtype, sizeof a->dtype, "|b1");
         a->item = 1;
         a->fill_value = json_false();
+    } else if (in->dtype == DT_STRING && legacy_text(n)) {
+        int rc = text_array(n, in, a, err);
+        if (rc) {
+            described_free(d);
+            return rc;
+        }
     } else if (in->dtype == DT_STRING) {
         a->how = in->string_size ? HOW_FIXED : HOW_VLEN;
         a->vlen = !in->string_size;
@@ -180,6 +353,12 @@ static int describe(node *n, void *ctx, void **value, cellar_error *err)
         a->fill_value = json_string("");
     } else if (dtype_is_numeric(in->dtype)) {
         numeric_array(n, in, &st, a);
+    } else if (in->n_fields > 0) {
+        int rc = records_array(n, in, d, err);
+        if (rc) {
+            described_free(d);
+            return rc;
+        }
     } else {
         d->ok = 0;
         snprintf(d->why, sizeof d->why,
@@ -354,6 +533,35 @@ int h5za_vlen_encode(const char *const *s, const size_t *len, size_t n, uint64_t
     return 0;
 }
 
+/* items strings (len[i] bytes of UTF-8, NULL as empty) as numpy <U of
+ * `width` characters each: UTF-32LE, padded with zeros, cut at width. */
+static int text_encode(const char *const *s, const size_t *len, uint64_t items, size_t width,
+                       uint64_t max, buf *out, cellar_error *err)
+{
+    uint64_t bytes = sat_mul_u64(items, sat_mul_u64(width, 4));
+    if (bytes > max)
+        return cellar_fail(err, CELLAR_ETOOBIG,
+                           "a chunk of strings would take %llu bytes, over the %llu a chunk of "
+                           "the zarr view may take",
+                           (unsigned long long)bytes, (unsigned long long)max);
+    unsigned char *p = (unsigned char *)buf_reserve(out, (size_t)bytes ? (size_t)bytes : 1);
+    if (!p)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory encoding strings");
+    memset(p, 0, (size_t)bytes);
+    for (uint64_t i = 0; i < items; i++) {
+        const unsigned char *t = (const unsigned char *)s[i];
+        unsigned char *cell = p + i * width * 4;
+        for (size_t at = 0, c = 0; t && at < len[i] && c < width; c++) {
+            unsigned long cp;
+            at += utf8_next(t + at, len[i] - at, &cp);
+            for (int b = 0; b < 4; b++)
+                cell[c * 4 + (size_t)b] = (unsigned char)(cp >> (8 * b));
+        }
+    }
+    out->len = (size_t)bytes;
+    return 0;
+}
+
 static int chunk_strings(node *n, const varray *a, const int64_t *start, const int64_t *count,
                          uint64_t items, uint64_t inside, uint64_t max, vchunk *out,
                          cellar_error *err)
@@ -384,6 +592,10 @@ static int chunk_strings(node *n, const varray *a, const int64_t *start, const i
         rc = h5za_vlen_encode(all, len, (size_t)items, max, &out->bytes, err);
         goto done;
     }
+    if (a->how == HOW_UNICODE) {
+        rc = text_encode(all, len, items, a->item / 4, max, &out->bytes, err);
+        goto done;
+    }
     uint64_t bytes = sat_mul_u64(items, a->item);
     if (bytes > max) {
         rc = too_big(a, bytes, max, err);
@@ -401,6 +613,65 @@ static int chunk_strings(node *n, const varray *a, const int64_t *start, const i
 done:
     arena_free(ar);
     return rc;
+}
+
+/* One field's values of rows [start, start + rows) into the packed records
+ * at rec (a record every a->item bytes). */
+static int field_into_records(const varray *a, const vfield *f, int64_t start, int64_t rows,
+                              unsigned char *rec, cellar_error *err)
+{
+    dim_sel sel = dim_sel_range(start, rows);
+    if (f->how == VF_NUMBER) {
+        unsigned char *v = malloc((size_t)rows * f->size + 1);
+        if (!v)
+            return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+        int rc = node_read(f->field, &sel, v, (size_t)rows * f->size, err);
+        for (int64_t r = 0; !rc && r < rows; r++)
+            memcpy(rec + (size_t)r * a->item + f->offset, v + (size_t)r * f->size, f->size);
+        free(v);
+        return rc;
+    }
+    arena *ar = arena_new();
+    char **s = ar ? arena_calloc(ar, (size_t)rows + 1, sizeof *s) : NULL;
+    size_t *len = ar ? arena_calloc(ar, (size_t)rows + 1, sizeof *len) : NULL;
+    buf text = {0};
+    int rc = s && len ? node_read_strings(f->field, &sel, ar, s, err)
+                      : cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    for (int64_t r = 0; !rc && r < rows; r++)
+        len[r] = s[r] ? strlen(s[r]) : 0;
+    if (!rc && f->how == VF_TEXT)
+        rc = text_encode((const char *const *)s, len, (uint64_t)rows, f->size / 4, UINT64_MAX,
+                         &text, err);
+    for (int64_t r = 0; !rc && r < rows; r++) {
+        unsigned char *to = rec + (size_t)r * a->item + f->offset;
+        if (f->how == VF_TEXT)
+            memcpy(to, text.data + (size_t)r * f->size, f->size);
+        else if (s[r])
+            memcpy(to, s[r], len[r] < f->size ? len[r] : f->size);
+    }
+    buf_destroy(&text);
+    arena_free(ar);
+    return rc;
+}
+
+/* A row block of packed records (zeros past the last row). */
+static int chunk_records(const varray *a, const int64_t *start, const int64_t *count,
+                         uint64_t items, uint64_t max, vchunk *out, cellar_error *err)
+{
+    uint64_t bytes = sat_mul_u64(items, a->item);
+    if (bytes > max)
+        return too_big(a, bytes, max, err);
+    unsigned char *rec = (unsigned char *)buf_reserve(&out->bytes, (size_t)bytes ? (size_t)bytes : 1);
+    if (!rec)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    memset(rec, 0, (size_t)bytes);
+    for (size_t i = 0; i < a->n_fields; i++) {
+        int rc = field_into_records(a, &a->fields[i], start[0], count[0], rec, err);
+        if (rc)
+            return rc;
+    }
+    out->bytes.len = (size_t)bytes;
+    return 0;
 }
 
 int h5za_pread(int fd, void *to, size_t n, uint64_t off, const char *what, cellar_error *err)
@@ -512,7 +783,9 @@ int h5za_chunk(node *n, const varray *a, const int64_t *cidx, uint64_t max_bytes
     case HOW_CONTIG: return chunk_contiguous(n, a, start, items, inside, max_bytes, out, err);
     case HOW_READ: return chunk_read(n, a, start, count, items, inside, max_bytes, out, err);
     case HOW_VLEN:
-    case HOW_FIXED: return chunk_strings(n, a, start, count, items, inside, max_bytes, out, err);
+    case HOW_FIXED:
+    case HOW_UNICODE: return chunk_strings(n, a, start, count, items, inside, max_bytes, out, err);
+    case HOW_RECORDS: return chunk_records(a, start, count, items, max_bytes, out, err);
     case HOW_EMPTY: out->absent = 1; return 0;
     default: return cellar_fail(err, CELLAR_EINTERNAL, "no chunks for '%s'", node_path(n));
     }

@@ -18,7 +18,8 @@
 typedef struct h5zarr_src {
     zarr_source src;
     store *s;          /* borrowed: the view is a derived structure of s */
-    node *h5root;
+    node *h5root;      /* the AnnData root as anndata reads it (storage/anndata/legacy.h) */
+    node *mods;        /* a MuData store's mod group, whose children are read so too */
     h5zarr_options opt;
     struct timespec mtime;
 } h5zarr_src;
@@ -31,10 +32,22 @@ typedef enum vhow {
     HOW_READ,       /* values read with node_read, native byte order */
     HOW_VLEN,       /* variable-length strings (node_read_strings), vlen-utf8 */
     HOW_FIXED,      /* fixed-length strings (node_read_strings), |S */
+    HOW_UNICODE,    /* strings as fixed-width text (node_read_strings), <U */
+    HOW_RECORDS,    /* an array of records (an HDF5 compound) as a structured dtype */
     HOW_EMPTY,      /* an HDF5 NULL dataspace: a 0-d array without chunks */
     HOW_TREE,       /* arrays of the trees overlay (h5zarr_trees.c) */
     HOW_CSC,        /* arrays of the CSC overlay (h5zarr_csc.c) */
 } vhow;
+
+/* A field of a structured dtype (HOW_RECORDS): its place in a packed
+ * record and how its values are read from its field node. */
+typedef enum vfield_how { VF_NUMBER = 1, VF_BYTES, VF_TEXT } vfield_how;
+
+typedef struct vfield {
+    node *field;       /* the field as an array of its own (borrowed from the tree) */
+    vfield_how how;
+    size_t offset, size; /* bytes in the record; VF_TEXT: 4 per character */
+} vfield;
 
 /* One array of the view: what its .zarray says and how its chunks are made.
  * Immutable once made. */
@@ -50,6 +63,9 @@ typedef struct varray {
     int fd;            /* HOW_CONTIG: the file (borrowed) */
     unsigned char fill[8]; /* HOW_READ: the fill value, native order */
     json_t *fill_value;    /* owned */
+    json_t *dtype_json;    /* owned: HOW_RECORDS' list of fields, which .zarray gives as dtype */
+    vfield *fields;        /* owned: HOW_RECORDS' fields */
+    size_t n_fields;
 } varray;
 
 /* A chunk's bytes: a missing key, a byte range of a file or bytes. */

@@ -10,6 +10,7 @@ import math
 import h5py
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 from pandas.api.types import is_bool_dtype, is_float_dtype, is_integer_dtype
 
 PANDAS_MAJOR = int(pd.__version__.split(".")[0])
@@ -266,3 +267,54 @@ def decode_bin(resp) -> np.ndarray:
 def decode_npy(resp) -> np.ndarray:
     assert resp.status_code == 200, resp.text
     return np.load(io.BytesIO(resp.content), allow_pickle=False)
+
+
+# ------------------------------------------------------------ objects read two ways
+def assert_matrix_equal(got, exp, what):
+    assert sp.issparse(got) == sp.issparse(exp), what
+    if sp.issparse(exp):
+        assert got.format == exp.format and got.shape == exp.shape, what
+        assert (got != exp).nnz == 0, what
+    elif isinstance(exp, pd.DataFrame):
+        pd.testing.assert_frame_equal(got, exp)
+    else:
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(exp), err_msg=what)
+
+
+def assert_uns_equal(got, exp, what="uns"):
+    if isinstance(exp, dict):
+        assert sorted(got) == sorted(exp), what
+        for k in exp:
+            assert_uns_equal(got[k], exp[k], f"{what}/{k}")
+    elif isinstance(exp, np.ndarray):
+        np.testing.assert_array_equal(got, exp, err_msg=what)
+    else:
+        assert got == exp and type(got) is type(exp), (what, got, exp)
+
+
+def assert_adata_equal(got, exp):
+    pd.testing.assert_frame_equal(got.obs, exp.obs)
+    pd.testing.assert_frame_equal(got.var, exp.var)
+    if exp.X is None:
+        assert got.X is None
+    else:
+        assert_matrix_equal(got.X, exp.X, "X")
+    for attr in ("layers", "obsm", "varm", "obsp", "varp"):
+        g, e = getattr(got, attr), getattr(exp, attr)
+        keys = sorted(k for k in e.keys() if k is not None)  # anndata 0.13: layers[None] is X
+        assert sorted(k for k in g.keys() if k is not None) == keys, attr
+        for k in keys:
+            assert_matrix_equal(g[k], e[k], f"{attr}/{k}")
+    assert_uns_equal(dict(got.uns), dict(exp.uns))
+    assert (got.raw is None) == (exp.raw is None)
+    if exp.raw is not None:
+        assert_matrix_equal(got.raw.X, exp.raw.X, "raw/X")
+        pd.testing.assert_frame_equal(got.raw.var, exp.raw.var)
+
+
+def assert_trees_equal(got: dict, exp: dict) -> None:
+    assert sorted(got) == sorted(exp)
+    for key, g in exp.items():
+        t = got[key]
+        assert sorted(t.nodes(data=True)) == sorted(g.nodes(data=True)), key
+        assert sorted(t.edges(data=True)) == sorted(g.edges(data=True)), key

@@ -300,6 +300,86 @@ def test_pre07_both_raws_refused(pre07):
     assert assert_json(srv.get(store_path(name, "obs"), rows="0:2"))["shape"][0] == 2
 
 
+# ------------------------------------------------------------ the zarr views of older files
+def _view_url(srv, name: str, prefix: str = "zarr") -> str:
+    return srv.base + store_path(name) + "/" + prefix
+
+
+def _read_view(read, srv, name: str, prefix: str = "zarr"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return read(_view_url(srv, name, prefix))
+
+
+def _str_scalars(v):
+    """uns as anndata's zarr reader gives it: a scalar that old writers boxed
+    in a 1-element byte string array is a numpy str from read_h5ad
+    (read_dataset) and a str from read_zarr (the view's 0-d string); the
+    strings are equal."""
+    if isinstance(v, dict):
+        return {k: _str_scalars(x) for k, x in v.items()}
+    return str(v) if isinstance(v, np.str_) else v
+
+
+def _as_csc(m):
+    return m.tocsc() if sp.issparse(m) and m.format == "csr" else m
+
+
+@pytest.mark.parametrize("prefix", ["zarr", "zarr-csc"])
+@pytest.mark.parametrize("name", PRE07)
+def test_pre07_zarr_view_reads_as_read_h5ad(pre07, name, prefix):
+    """anndata.read_zarr over the zarr views reads what read_h5ad reads of a
+    file from before anndata 0.7: compound obs/var as dataframes (string
+    fields as str, categories from uns and gone from uns), compound obsm as
+    arrays, raw.X/raw.var as raw, h5sparse matrices, scanpy's neighbors
+    graphs in obsp (zarr-csc/: every CSR matrix as CSC)."""
+    from compare import assert_adata_equal
+
+    srv, refs, _ = pre07
+    got = _read_view(ad.read_zarr, srv, name, prefix)
+    exp = refs[name].copy()
+    exp.uns = _str_scalars(dict(exp.uns))
+    if prefix == "zarr-csc":
+        exp.X = _as_csc(exp.X)
+        for attr in ("layers", "obsp"):
+            for k in [k for k in getattr(exp, attr).keys() if k is not None]:
+                getattr(exp, attr)[k] = _as_csc(getattr(exp, attr)[k])
+        if exp.raw is not None:
+            exp.raw = ad.AnnData(X=_as_csc(exp.raw.X), var=exp.raw.var, obs=exp.obs)
+    assert_adata_equal(got, exp)
+
+
+def test_pre07_zarr_view_keys(pre07):
+    """What zarr-python sees: the layout anndata reads, not the stored one
+    (no compound dataset, no raw.* names), and the stored chunks of a
+    dataset the view shows as it is still come from the file."""
+    import zarr
+
+    srv, _, root = pre07
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = zarr.open_group(_view_url(srv, "legacy_06.h5ad"), mode="r")
+    assert {"X", "layers", "obs", "obsm", "obsp", "raw", "uns", "var"} <= set(g.group_keys())
+    assert not [k for k in g.keys() if k.startswith("raw.")]
+    assert dict(g["obs"].attrs)["encoding-type"] == "dataframe"
+    index = g["obs"][dict(g["obs"].attrs)["_index"]]
+    assert index.dtype.kind == "U" and "cell é,5" in list(index[:])
+    with h5py.File(root / "legacy_06.h5ad") as f:
+        np.testing.assert_array_equal(g["raw/X"][:], f["raw.X"][:])
+        np.testing.assert_array_equal(g["obs/n_counts"][:], f["obs"]["n_counts"])
+        np.testing.assert_array_equal(g["obsp/distances"][:], f["uns/neighbors/distances"][:])
+    assert "leiden_categories" not in g["uns"]
+
+
+def test_legacy_07_zarr_view_reads_as_read_h5ad(legacy):
+    """anndata 0.7's dataframe 0.1.0 names its categories by an object
+    reference: the view gives anndata's zarr reader the key it looks up."""
+    from compare import assert_adata_equal
+
+    srv, adata = legacy
+    assert_adata_equal(_read_view(ad.read_zarr, srv, NAME), adata)
+
+
 # ------------------------------------------------------------ older MuData
 MU01, MU_NO_AXIS = "mudata_01.h5mu", "mudata_no_axis.h5mu"
 
@@ -329,6 +409,20 @@ def old_mudata(tmp_path_factory, server_factory):
         assert list(direct.mod) == list(refs[MU01].mod) and direct.shape == refs[MU01].shape
         assert list(direct.obs_names) == list(refs[MU01].obs_names)
     return server_factory(root), refs, root
+
+
+def test_old_mudata_zarr_view_reads_as_read_h5mu(old_mudata):
+    """mudata.read_zarr over the zarr view of a MuData without axis and
+    mod-order reads what read_h5mu reads."""
+    import mudata
+    from compare import assert_adata_equal
+
+    srv, refs, _ = old_mudata
+    got, exp = _read_view(mudata.read_zarr, srv, MU_NO_AXIS), refs[MU_NO_AXIS]
+    assert list(got.mod) == list(exp.mod) and got.axis == exp.axis
+    pd.testing.assert_frame_equal(got.obs, exp.obs)
+    for m in exp.mod:
+        assert_adata_equal(got[m], exp[m])
 
 
 @pytest.mark.parametrize("name", [MU01, MU_NO_AXIS])
@@ -435,6 +529,22 @@ def test_old_treedata_trees(old_treedata, name):
     leaf = next(n for n in t.obst["t1"] if t.obst["t1"].out_degree(n) == 0)
     js = assert_json(srv.get(store_path(name, "obst", "t1", "nodes", leaf), obs_columns="n"))
     assert js["obs"] == {"n": int(t.obs.loc[leaf, "n"])}
+
+
+@pytest.mark.parametrize("name", [n for n in lw.TREEDATA_LAYOUTS if not n.endswith(".zarr")])
+def test_old_treedata_zarr_view_reads_as_read_h5td(old_treedata, name):
+    """treedata.read_zarr over the zarr view of an older .h5 TreeData reads
+    what read_h5td reads: its trees, label and alignment."""
+    import treedata
+    from compare import assert_trees_equal
+
+    srv, refs = old_treedata
+    got, exp = _read_view(treedata.read_zarr, srv, name), refs[name]
+    assert (got.label, got.alignment, bool(got.allow_overlap)) == \
+        (exp.label, exp.alignment, bool(exp.allow_overlap))
+    pd.testing.assert_frame_equal(got.obs, exp.obs)
+    assert_trees_equal(dict(got.obst), dict(exp.obst))
+    assert_trees_equal(dict(got.vart), dict(exp.vart))
 
 
 # ------------------------------------------------------------ anndata 0.7 zarr

@@ -43,6 +43,11 @@ def make_adata(seed: int = SEED) -> ad.AnnData:
                                   "none": None}}
     a.uns["colors"] = np.array(["#ff0000", "#00ff00"], dtype=object)
     a.uns["empty dict"] = {}
+    # scanpy's rank_genes_groups: rec-arrays (HDF5 compounds) of names and scores
+    a.uns["rank_genes_groups"] = {
+        "names": np.rec.fromarrays([np.array(["g1", "g2 é"]), np.array(["g3", "g4"])], names=["0", "1"]),
+        "scores": np.rec.fromarrays([np.array([1.5, 0.25], dtype=np.float32),
+                                     np.array([2.0, -1.0], dtype=np.float32)], names=["0", "1"])}
     raw = a.copy()
     raw.X = sp.csr_matrix(rng.random((n, m)).astype(np.float32))
     a.raw = raw
@@ -181,7 +186,9 @@ def write_exotic(path: Path) -> None:
         names.create_group("empty group")
         names.create_dataset(".hidden", data=np.arange(2))  # no zarr name: left out
         out = f.create_group("left_out")
-        out.create_dataset("compound", data=np.array([(1, 2.0)], dtype=[("a", "i4"), ("b", "f8")]))
+        out.create_dataset("compound", data=np.array([(1, None)], dtype=[("a", "i4"), ("r", h5py.ref_dtype)]))
+        f["types"].create_dataset("records", data=np.array([(1, 2.5, b"ab"), (-3, 0.0, b"xyz")],
+                                                           dtype=[("a", "<i4"), ("b", "<f8"), ("s", "S3")]))
         out.create_dataset("opaque", data=np.void(b"\x01\x02\x03"))
         ref = out.create_dataset("reference", shape=(2,), dtype=h5py.ref_dtype)
         ref[0] = f["types"].ref

@@ -320,6 +320,21 @@ void test_codecs_text(void)
     CHECK(!utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
     CHECK(!utf8_valid("\xe2\x82", 2));         /* truncated */
 
+    /* utf8_next: the characters the view's <U text holds, U+FFFD for each
+     * invalid part as utf8_sanitize replaces it */
+    const unsigned char *t = (const unsigned char *)"a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xe2\x82x\xff";
+    const unsigned long want[] = {'a', 0xe9, 0x20ac, 0x1f600, 0xfffd, 'x', 0xfffd};
+    const size_t spans[] = {1, 2, 3, 4, 2, 1, 1};
+    size_t at = 0, len = strlen((const char *)t);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        unsigned long cp = 0;
+        size_t n = utf8_next(t + at, len - at, &cp);
+        CHECK_EQ(cp, want[i]);
+        CHECK_EQ(n, spans[i]);
+        at += n;
+    }
+    CHECK_EQ(at, len);
+
     uint8_t b[16];
     CHECK_EQ(codec_base64_decode("aGVsbG8=", b), 5);
     CHECK(memcmp(b, "hello", 5) == 0);
