@@ -80,15 +80,17 @@ static double now_seconds(void)
 
 static void print_identity(const struct stat *st)
 {
-    printf("%llu %llu %llu %lld %ld", (unsigned long long)st->st_dev,
+    printf("%llu %llu %llu %lld %ld %lld %ld", (unsigned long long)st->st_dev,
            (unsigned long long)st->st_ino, (unsigned long long)st->st_size,
-           (long long)st->st_mtim.tv_sec, (long)st->st_mtim.tv_nsec);
+           (long long)st->st_mtim.tv_sec, (long)st->st_mtim.tv_nsec,
+           (long long)st->st_ctim.tv_sec, (long)st->st_ctim.tv_nsec);
 }
 
 static int same_file(const struct stat *a, const struct stat *b)
 {
     return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
-           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+           a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
 }
 
 void probe_child_main(const char *path)
@@ -179,7 +181,7 @@ void probe_child_main_reader(const char *size_text)
         for (char *c = err.detail; *c; c++)
             if (*c == '\n' || *c == '\r')
                 *c = ' ';
-        printf(VERDICT_TAG "%s 0 0 %llu 0 0", rc ? "fail" : "ok", size);
+        printf(VERDICT_TAG "%s 0 0 %llu 0 0 0 0", rc ? "fail" : "ok", size);
         if (rc)
             printf(" %s\n", err.detail);
         else
@@ -443,14 +445,33 @@ static void child_wait(probe_runner *p, child_run *c, double started)
         close(c->exec_fd);
 }
 
-static void set_id(probe_file_id *id, unsigned long long dev, unsigned long long ino,
-                   unsigned long long size, long long sec, long nsec)
+/* A file's identity as the child printed it (print_identity). */
+typedef struct printed_id {
+    unsigned long long dev, ino, size;
+    long long mtime_sec, ctime_sec;
+    long mtime_nsec, ctime_nsec;
+} printed_id;
+
+/* Reads "dev ino size mtime mtime_ns ctime ctime_ns" at line; the
+ * characters used, or 0 when it is not there. */
+static int scan_identity(const char *line, printed_id *p)
 {
-    id->dev = dev;
-    id->ino = ino;
-    id->size = size;
-    id->mtime_sec = sec;
-    id->mtime_nsec = nsec;
+    int used = 0;
+    if (sscanf(line, "%llu %llu %llu %lld %ld %lld %ld%n", &p->dev, &p->ino, &p->size,
+               &p->mtime_sec, &p->mtime_nsec, &p->ctime_sec, &p->ctime_nsec, &used) != 7)
+        return 0;
+    return used;
+}
+
+static void set_id(probe_file_id *id, const printed_id *p)
+{
+    id->dev = p->dev;
+    id->ino = p->ino;
+    id->size = p->size;
+    id->mtime_sec = p->mtime_sec;
+    id->mtime_nsec = p->mtime_nsec;
+    id->ctime_sec = p->ctime_sec;
+    id->ctime_nsec = p->ctime_nsec;
 }
 
 /* The verdict line of a child that exited normally; 0 when there was one. */
@@ -460,9 +481,7 @@ static int parse_verdict(const child_run *c, probe_verdict *v)
     if (!line)
         return -1;
     line += strlen(VERDICT_TAG);
-    unsigned long long dev, ino, size;
-    long long sec;
-    long nsec;
+    printed_id id;
     int used = 0;
     if (!strncmp(line, "gone", 4)) {
         v->outcome = PROBE_NOT_RUN;
@@ -470,14 +489,14 @@ static int parse_verdict(const child_run *c, probe_verdict *v)
     } else if (!strncmp(line, "nomem", 5)) {
         v->outcome = PROBE_OUT_OF_MEMORY;
         snprintf(v->detail, sizeof v->detail, "reading its metadata ran out of memory");
-    } else if (sscanf(line, "ok %llu %llu %llu %lld %ld", &dev, &ino, &size, &sec, &nsec) == 5) {
+    } else if (!strncmp(line, "ok ", 3) && scan_identity(line + 3, &id)) {
         v->outcome = PROBE_OK;
-        set_id(&v->walked, dev, ino, size, sec, nsec);
-    } else if (sscanf(line, "fail %llu %llu %llu %lld %ld %n", &dev, &ino, &size, &sec, &nsec,
-                      &used) == 5 && used > 0) {
+        set_id(&v->walked, &id);
+    } else if (!strncmp(line, "fail ", 5) && (used = scan_identity(line + 5, &id)) > 0) {
         v->outcome = PROBE_UNREADABLE;
-        set_id(&v->walked, dev, ino, size, sec, nsec);
-        const char *detail = line + used;
+        set_id(&v->walked, &id);
+        const char *detail = line + 5 + used;
+        detail += strspn(detail, " ");
         size_t len = strcspn(detail, "\n");
         snprintf(v->detail, sizeof v->detail, "%.*s", (int)len, detail);
     } else {

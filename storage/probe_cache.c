@@ -99,7 +99,8 @@ void probe_cache_free(probe_cache *pc)
 static int id_equal(const probe_file_id *a, const probe_file_id *b)
 {
     return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-           a->mtime_sec == b->mtime_sec && a->mtime_nsec == b->mtime_nsec;
+           a->mtime_sec == b->mtime_sec && a->mtime_nsec == b->mtime_nsec &&
+           a->ctime_sec == b->ctime_sec && a->ctime_nsec == b->ctime_nsec;
 }
 
 static probe_entry *find_locked(probe_cache *pc, const char *path, const probe_file_id *id)

@@ -4,7 +4,7 @@
  * each version's verdict, so a version is probed once, and makes concurrent
  * first requests for one version wait for a single probe.
  *
- * A version is a path with its identity (device, inode, size, mtime); a
+ * A version is a path with its identity (device, inode, size, mtime, ctime); a
  * replaced or rewritten file is a new version and is probed again.
  * Thread-safe. */
 #ifndef CELLAR_PROBE_CACHE_H
@@ -19,6 +19,8 @@ typedef struct probe_file_id {
     uint64_t dev, ino, size;
     int64_t mtime_sec;
     long mtime_nsec;
+    int64_t ctime_sec; /* a rewrite that puts size and mtime back still moves it */
+    long ctime_nsec;
 } probe_file_id;
 
 typedef enum probe_outcome {

@@ -38,6 +38,11 @@ typedef struct file_identity {
     ino_t ino;
     off_t size;
     struct timespec mtime;
+    /* A file store's ctime (zero for a zarr directory): a file rewritten
+     * in place with its size and mtime put back (touch -r) changes only
+     * this, and libhdf5 must never read bytes its probe did not walk.  Not
+     * part of the ETag (copies of a store do not share it). */
+    struct timespec ctime;
     struct timespec dir_mtime; /* zarr: the directory's own mtime */
     unsigned meta;             /* zarr: bit i set when zarr_meta[i] exists */
     /* A remote store (storage/remote/remote_store.h): ino holds the hash
@@ -264,6 +269,7 @@ static int read_identity_as(const char *path, int zarr_directory, const file_ide
     id->ino = st.st_ino;
     id->size = st.st_size;
     id->mtime = st.st_mtim;
+    id->ctime = zarr_directory ? (struct timespec){0, 0} : st.st_ctim;
     id->dir_mtime = st.st_mtim;
     id->meta = 0;
     id->rewritten = 0;
@@ -297,12 +303,28 @@ static int read_identity(const char *path, int zarr_directory, file_identity *id
     return read_identity_as(path, zarr_directory, NULL, id);
 }
 
+static int timespec_equal(struct timespec a, struct timespec b)
+{
+    return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
 static int identity_equal(const file_identity *a, const file_identity *b)
 {
     return a->remote == b->remote && a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
-           a->dir_mtime.tv_sec == b->dir_mtime.tv_sec &&
-           a->dir_mtime.tv_nsec == b->dir_mtime.tv_nsec && a->meta == b->meta;
+           timespec_equal(a->mtime, b->mtime) && timespec_equal(a->ctime, b->ctime) &&
+           timespec_equal(a->dir_mtime, b->dir_mtime) && a->meta == b->meta;
+}
+
+/* When now differs from old only where the ETag does not look (the file
+ * rewritten in place, its size and mtime put back), the rewrite's time
+ * (now's ctime in ns) for a rewrite mark, so the new version's ETag is not
+ * the old one's; else 0. */
+static int64_t rewrite_hidden_from_etag(const file_identity *old, const file_identity *now)
+{
+    if (old->remote || now->remote || old->size != now->size ||
+        !timespec_equal(old->mtime, now->mtime) || timespec_equal(old->ctime, now->ctime))
+        return 0;
+    return (int64_t)now->ctime.tv_sec * 1000000000 + now->ctime.tv_nsec;
 }
 
 /* Whether a file the version read changed after it opened: zarr reads
@@ -678,6 +700,9 @@ static store *take_current_locked(registry *r, const char *name, const file_iden
      * the store only once it was quiet then agree on the next one's ETag. */
     if (changed && atomic_load(&cur->answered))
         mark_rewrite_locked(r, name, zarr_changed_since_open(cur->root));
+    int64_t hidden = cur && !changed ? rewrite_hidden_from_etag(&cur->id, id) : 0;
+    if (hidden && atomic_load(&cur->answered))
+        mark_rewrite_locked(r, name, hidden);
     if (cur && !changed && identity_equal(&cur->id, id)) {
         cur->refs++;
         cur->last_used = now_seconds();
@@ -833,7 +858,7 @@ static int probe_remote(registry *r, const char *name, const file_identity *id,
                        .size = remote_object_size(o),
                        .read = remote_zip_read,
                        .free = remote_zip_close};
-    probe_file_id pid = {0, (uint64_t)id->ino, (uint64_t)id->size, (int64_t)id->mtime.tv_sec, 0};
+    probe_file_id pid = {0, (uint64_t)id->ino, (uint64_t)id->size, (int64_t)id->mtime.tv_sec, 0, 0, 0};
     char key[1100];
     snprintf(key, sizeof key, "remote:%s", name);
     return probe_cache_check_reader(r->cfg.probes, name, key, &pid, &rd, err);
@@ -914,7 +939,8 @@ int registry_get(registry *r, const char *name, store **out, cellar_error *err)
         /* Before libhdf5 sees the version, and outside open_lock: a slow
          * probe must not hold up opening other stores. */
         probe_file_id pid = {(uint64_t)id.dev, (uint64_t)id.ino, (uint64_t)id.size,
-                             (int64_t)id.mtime.tv_sec, id.mtime.tv_nsec};
+                             (int64_t)id.mtime.tv_sec, id.mtime.tv_nsec,
+                             (int64_t)id.ctime.tv_sec, id.ctime.tv_nsec};
         rc = probe_cache_check(r->cfg.probes, name, path, &pid, err);
     }
     if (!*out && !rc) {

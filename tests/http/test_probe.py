@@ -12,6 +12,7 @@ server and every other store keep answering.
 from __future__ import annotations
 
 import io
+import os
 import random
 import shutil
 import struct
@@ -57,7 +58,8 @@ def heap_damaged(kind: str) -> bytes:
               never moves on;
       crash:  the object and the id 1 MiB long, so libhdf5 copies 1 MiB out
               of a 4 KiB collection (past the probe's guarded buffer);
-      memory: the id 3 GiB long, which libhdf5 allocates for the string."""
+      memory: the id 3 GiB long, which libhdf5 allocates for the string;
+      none:   left as written (the same size as the damaged ones)."""
     vstr = h5py.string_dtype()
     obs = np.array([(f"cell{i}", i) for i in range(10)], dtype=[("index", vstr), ("x", "f8")])
     var = np.array([("g0",), ("g1",)], dtype=[("index", vstr)])
@@ -82,7 +84,7 @@ def heap_damaged(kind: str) -> bytes:
         struct.pack_into("<I", data, ref, 1 << 20)
     elif kind == "memory":
         struct.pack_into("<I", data, ref, 3 << 30)
-    else:
+    elif kind != "none":
         raise ValueError(kind)
     return bytes(data)
 
@@ -302,6 +304,40 @@ def test_probe_memory_bound(tmp_path, server_factory):
     assert s2.get("/v1/stores/big.h5ad").status_code == 200
 
 
+def rewrite_in_place_keeping_mtime(path: Path, data: bytes):
+    """Overwrites path with data of the same size and puts its mtime back
+    (as touch -r does): only its ctime tells the rewrite."""
+    st = path.stat()
+    assert len(data) == st.st_size
+    time.sleep(0.02)  # a ctime apart from the last one on any clock granularity
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    now = path.stat()
+    assert (now.st_ino, now.st_size, now.st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
+    assert now.st_ctime_ns != st.st_ctime_ns
+
+
+def test_a_file_rewritten_with_its_mtime_put_back_is_probed_again(tmp_path, server_factory):
+    """A file probed and served, then rewritten in place at the same size
+    with its mtime put back: libhdf5 must not read the new bytes unprobed
+    (the version's identity holds the ctime), and every later version's
+    ETag differs from the first's though name, size and mtime are equal."""
+    path = tmp_path / "inplace.h5ad"
+    path.write_bytes(heap_damaged("none"))
+    s = server_factory(tmp_path, "--probe-timeout-seconds", "3")
+    first = get_settled(s, "/v1/stores/inplace.h5ad/obs")
+    assert first.status_code == 200, first.text[:300]
+    rewrite_in_place_keeping_mtime(path, heap_damaged("crash"))
+    assert_problem(get_settled(s, "/v1/stores/inplace.h5ad/obs"), 422, "could not be read safely")
+    assert s.get("/healthz").status_code == 200
+    rewrite_in_place_keeping_mtime(path, heap_damaged("none"))
+    again = get_settled(s, "/v1/stores/inplace.h5ad/obs")
+    assert again.status_code == 200, again.text[:300]
+    assert again.content == first.content
+    assert again.headers["ETag"] != first.headers["ETag"], "a rewrite must not reuse an ETag"
+
+
 def test_no_probe_flag(tmp_path, server_factory):
     shutil.copy(EXAMPLES / "blood.h5ad", tmp_path / "blood.h5ad")
     s = server_factory(tmp_path, "--probe", "0")
@@ -331,7 +367,8 @@ def test_probe_walks_what_the_server_reads(tmp_path):
     assert fields[:2] == ["CELLAR-PROBE", "ok"], out
     st = path.stat()
     assert [int(x) for x in fields[2:5]] == [st.st_dev, st.st_ino, st.st_size]
-    groups, datasets, attributes, strings, nbytes, lookups, broken, over = map(int, fields[7:15])
+    assert int(fields[7]) * 10**9 + int(fields[8]) == st.st_ctime_ns  # a ctime-only rewrite is seen
+    groups, datasets, attributes, strings, nbytes, lookups, broken, over = map(int, fields[9:17])
     assert (groups, datasets, strings) == (2, 2, 70000), out
     assert attributes == 1 and broken == 0 and over == 0
     assert nbytes == 4000  # the scale-offset dataset, which direct reads do not take

@@ -15,6 +15,7 @@ typedef struct fake_prober {
     probe_outcome outcome;
     int lie_about_identity; /* report another file than the one asked for */
     useconds_t delay_us;
+    long ctime_nsec; /* of the file it walked */
 } fake_prober;
 
 static void fake_run(void *ctx, const char *path, const probe_reader *rd, probe_verdict *out)
@@ -27,11 +28,11 @@ static void fake_run(void *ctx, const char *path, const probe_reader *rd, probe_
         usleep(f->delay_us);
     out->outcome = f->outcome;
     snprintf(out->detail, sizeof out->detail, "fake verdict %d", (int)f->outcome);
-    out->walked = (probe_file_id){1, 2, f->lie_about_identity ? 4 : 3, 5, 6};
+    out->walked = (probe_file_id){1, 2, f->lie_about_identity ? 4 : 3, 5, 6, 0, f->ctime_nsec};
     out->seconds = 0.01;
 }
 
-static const probe_file_id id_v1 = {1, 2, 3, 5, 6};
+static const probe_file_id id_v1 = {1, 2, 3, 5, 6, 0, 0};
 
 void test_probe_cache_remembers(void)
 {
@@ -51,9 +52,16 @@ void test_probe_cache_remembers(void)
     CHECK(strstr(err.detail, "could not be read safely: fake verdict") != NULL);
     CHECK_EQ(probe_cache_check(pc, "a.h5ad", "/r/a.h5ad", &v2, &err), CELLAR_EFORMAT);
     CHECK_EQ(atomic_load(&f.runs), 2);
+    /* Rewritten in place with size and mtime put back: only its ctime moved. */
+    probe_file_id v3 = id_v1;
+    v3.ctime_nsec = f.ctime_nsec = 1;
+    f.outcome = PROBE_OK;
+    f.lie_about_identity = 0;
+    CHECK_EQ(probe_cache_check(pc, "a.h5ad", "/r/a.h5ad", &v3, &err), 0);
+    CHECK_EQ(atomic_load(&f.runs), 3);
     probe_stats st;
     probe_cache_get_stats(pc, &st);
-    CHECK_EQ(st.outcomes[PROBE_OK], 1);
+    CHECK_EQ(st.outcomes[PROBE_OK], 2);
     CHECK_EQ(st.outcomes[PROBE_CRASHED], 1);
     CHECK_EQ(st.remembered_unsafe, 1);
     probe_cache_free(pc);
