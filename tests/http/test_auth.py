@@ -47,6 +47,18 @@ ROUTES = [
     ("tree", "/v1/stores/lineage.h5td/obst/lineage", "lineage.h5td"),
     ("subtree", "/v1/stores/lineage.h5td/obst/lineage/subtree?root=node22&depth=2", "lineage.h5td"),
     ("tree_zarr", "/v1/stores/lineage.zarr/obst", "lineage.zarr"),
+    ("view_zmetadata", "/v1/stores/blood.h5ad/zarr/.zmetadata", "blood.h5ad"),
+    ("view_chunk", "/v1/stores/blood.h5ad/zarr/X/0.0", "blood.h5ad"),
+    ("view_dir", "/v1/stores/blood.h5ad/zarr/obs/", "blood.h5ad"),
+    ("view_csc", "/v1/stores/blood.h5ad/zarr-csc/layers/counts/indptr/0", "blood.h5ad"),
+    ("grove_meta", "/h5grove/meta/?file=blood.h5ad&path=/obs", "blood.h5ad"),
+    ("grove_attr", "/h5grove/attr/?file=blood.h5ad&path=/obs", "blood.h5ad"),
+    ("grove_data", "/h5grove/data/?file=blood.h5ad&path=/X&selection=0:3", "blood.h5ad"),
+    ("grove_paths", "/h5grove/paths/?file=blood.h5ad&path=/", "blood.h5ad"),
+    ("grove_stats", "/h5grove/stats/?file=blood.h5ad&path=/X", "blood.h5ad"),
+    ("taxonium_config", "/v1/stores/lineage.h5td/obst/lineage/taxonium/config/", "lineage.h5td"),
+    ("taxonium_nodes", "/v1/stores/lineage.h5td/obst/lineage/taxonium/nodes/", "lineage.h5td"),
+    ("taxonium_zarr", "/v1/stores/lineage.zarr/obst/lineage/taxonium/config/", "lineage.zarr"),
 ]
 
 # token name -> globs it may read
