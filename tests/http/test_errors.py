@@ -7,7 +7,10 @@ import json
 import re
 from urllib.parse import quote
 
+import anndata as ad
+import numpy as np
 import pytest
+import zarr
 
 import writers as W
 from conftest import assert_json, assert_problem, store_path
@@ -233,3 +236,50 @@ def test_zz_still_healthy(server, get):
     r = server.raw("/v1/stores/%ZZ")
     assert r.status_code in (400, 404), r.status_code
     json.loads(r.content)
+
+
+# ------------------------------------------------------------ lying zarr metadata
+def _break_array_metadata(store, fmt: int, how: str):
+    """X's own metadata document damaged, with no consolidated copy to
+    hide it (zarr clients then read the array's document too)."""
+    doc = store / "X" / ("zarr.json" if fmt == 3 else ".zarray")
+    meta = json.loads(doc.read_text())
+    if how == "json":
+        doc.write_text(json.dumps(meta)[:-1])  # the closing brace gone
+        return
+    dtype_key = "data_type" if fmt == 3 else "dtype"
+    if how == "dtype":
+        meta[dtype_key] = "complex999" if fmt == 3 else "<c999"
+    elif how == "shape":
+        meta["shape"][0] = -4
+    doc.write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("fmt", [2, 3])
+@pytest.mark.parametrize("how", ["json", "dtype", "shape"])
+def test_invalid_array_metadata_is_422_not_404(tmp_path, server_factory, fmt, how):
+    """An array whose zarr metadata is invalid is there but unreadable:
+    422 naming it, never 404 'has no X' (issue 19); the store still
+    answers its summary and its other elements."""
+    a = ad.AnnData(X=np.ones((4, 3), dtype="f4"))
+    a.obs_names = [f"c{i}" for i in range(4)]
+    store = tmp_path / f"bad_{how}_v{fmt}.zarr"
+    with ad.settings.override(zarr_write_format=fmt):
+        a.write_zarr(store)
+    for name in (".zmetadata", "zarr.json"):  # drop the consolidated copy
+        p = store / name
+        if name == ".zmetadata":
+            p.unlink(missing_ok=True)
+        elif p.exists():
+            root = json.loads(p.read_text())
+            root.pop("consolidated_metadata", None)
+            p.write_text(json.dumps(root))
+    assert zarr.open_group(store, mode="r", use_consolidated=False)["obs"] is not None
+    _break_array_metadata(store, fmt, how)
+    s = server_factory(tmp_path)
+    base = f"/v1/stores/{store.name}"
+    for route in ("/X?rows=0:2", "/X?rows=0:2&format=bin"):
+        body = assert_problem(s.get(base + route), 422)
+        assert "X" in body["detail"], body["detail"]
+    assert s.get(base).status_code == 200
+    assert s.get(base + "/obs").status_code == 200

@@ -271,6 +271,48 @@ def test_concurrent_first_requests_share_one_probe(damaged_root, probe_server):
     assert probes(s, "ok") == before + 1
 
 
+def probe_children(server) -> int:
+    """The probe processes the server runs now (its children that exec'd
+    cellar --probe)."""
+    n = 0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == server.proc.pid and b"--probe" in cmd:
+            n += 1
+    return n
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_at_most_n_probes_at_a_time(tmp_path, server_factory, limit):
+    """--probe-concurrency N: three files whose probes hang, asked for at
+    once, never have more than N probe processes running together (and do
+    have N: the count is seen)."""
+    for i in range(3):
+        (tmp_path / f"hang{i}.h5ad").write_bytes(heap_damaged("hang"))
+    s = server_factory(tmp_path, "--probe-timeout-seconds", "2", "--probe-concurrency", str(limit),
+                       "--probe-wait-seconds", "0.1")
+    threads = [threading.Thread(target=get_settled, args=(s, f"/v1/stores/hang{i}.h5ad", 30))
+               for i in range(3)]
+    for t in threads:
+        t.start()
+    most = 0
+    deadline = time.monotonic() + 4
+    while time.monotonic() < deadline:
+        most = max(most, probe_children(s))
+        time.sleep(0.02)
+    for t in threads:
+        t.join(40)
+    assert most == limit, f"{most} probes ran at once with --probe-concurrency {limit}"
+    assert probes(s, "timed_out") == 3
+    assert s.get("/healthz").status_code == 200
+
+
 def test_probe_deadline(tmp_path, server_factory):
     """A probe past its deadline is killed: with a deadline shorter than
     any walk, even a valid file is refused, and says why."""
