@@ -1,5 +1,5 @@
 /* A heap that faults where libhdf5 strays, for the probe process
- * (DESIGN.md, "Trust"; server/probe.c).
+ * (storage/README.md, "Trust"; server/probe.c).
  *
  * The probe vouches for a file by walking it with libhdf5 and surviving.
  * On damaged files libhdf5 reads and writes past the ends of its own

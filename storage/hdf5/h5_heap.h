@@ -1,4 +1,4 @@
-/* Global heap ids checked before libhdf5 follows them (DESIGN.md, "Trust").
+/* Global heap ids checked before libhdf5 follows them (storage/README.md, "Trust").
  *
  * A variable-length string is stored as a heap id (u32 length | collection
  * address | u32 object index); its bytes are the object's data in that

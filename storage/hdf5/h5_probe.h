@@ -1,5 +1,5 @@
 /* The walk a probe process makes over an HDF5 file before the serving
- * process may open it (DESIGN.md, "Trust").
+ * process may open it (storage/README.md, "Trust").
  *
  * libhdf5 is not safe on hostile bytes: damaged object headers crash it or
  * make it loop for good, and it holds one global lock while it does.  So
