@@ -13,12 +13,20 @@ DEB_PKGS := build-essential pkg-config libmicrohttpd-dev libgnutls28-dev libhdf5
 # package would conflict with).
 DEB_CMDS := node:nodejs npm:npm
 
-# npm ci of the test pages' lock files runs npm 10.9.2 from the npm registry
-# (npm exec fetches it once into npm's cache): Debian 12's npm 9.2 refuses a
-# lock file whose package.json has "overrides" (EUSAGE, "can only install
-# with an existing package-lock.json"), which the Vitessce and Taxonium
-# pages need.
-NPM_CI := npm exec --yes --package=npm@10.9.2 -- npm ci --no-audit --no-fund
+# Tools the tests fetch once and keep between runs (npm 10, SeaweedFS).
+CELLAR_TEST_CACHE ?= $(HOME)/.cache/cellar-test
+
+# npm ci of the test pages' lock files runs npm 10.9.2 from the npm registry,
+# installed once into CELLAR_TEST_CACHE: Debian 12's npm 9.2 refuses a lock
+# file whose package.json has "overrides" (EUSAGE, "can only install with
+# an existing package-lock.json"), which the Vitessce and Taxonium pages
+# need.  Not through `npm exec --package=npm@...`: two of those at once
+# (make runs the npm ci rules in parallel) unpack into the same npx cache
+# folder and break each other on a first run (ENOTEMPTY; make fresh-check).
+NPM_VERSION := 10.9.2
+NPM_HOME := $(CELLAR_TEST_CACHE)/npm-$(NPM_VERSION)
+NPM_CLI  := $(NPM_HOME)/node_modules/npm/bin/npm-cli.js
+NPM_CI   := node $(NPM_CLI) ci --no-audit --no-fund
 
 # Compile on every core (CI has two).
 MAKEFLAGS += --jobs=$(shell nproc 2>/dev/null || echo 2)
@@ -188,33 +196,38 @@ unit: $(BUILD)/unit_tests venv
 SAN_ENV := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 \
            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
+# npm itself, once (written to a new folder, then moved in place).
+$(NPM_CLI):
+	rm -rf $(NPM_HOME) $(NPM_HOME).new
+	npm install --prefix $(NPM_HOME).new --no-audit --no-fund --no-save npm@$(NPM_VERSION)
+	mv $(NPM_HOME).new $(NPM_HOME)
+
 # zarrita.js for the zarr client tests, from the committed lock file.
 ZARR_CLIENTS := tests/http/zarr_clients
-$(ZARR_CLIENTS)/node_modules/.package-lock.json: $(ZARR_CLIENTS)/package.json $(ZARR_CLIENTS)/package-lock.json
+$(ZARR_CLIENTS)/node_modules/.package-lock.json: $(ZARR_CLIENTS)/package.json $(ZARR_CLIENTS)/package-lock.json | $(NPM_CLI)
 	$(NPM_CI) --prefix $(ZARR_CLIENTS)
 
 # playwright-core for the built-in viewer's browser tests (Debian's
 # chromium drives the page), from its committed lock file.
 VIEWER_TESTS := tests/browser/viewer
-$(VIEWER_TESTS)/node_modules/.package-lock.json: $(VIEWER_TESTS)/package.json $(VIEWER_TESTS)/package-lock.json
+$(VIEWER_TESTS)/node_modules/.package-lock.json: $(VIEWER_TESTS)/package.json $(VIEWER_TESTS)/package-lock.json | $(NPM_CLI)
 	$(NPM_CI) --prefix $(VIEWER_TESTS)
 
 # The vitessce npm package and esbuild for tests/http/test_vitessce.py
 # (the page is bundled from them in the test), from the committed lock file.
 VITESSCE_TESTS := tests/browser/vitessce
-$(VITESSCE_TESTS)/node_modules/.package-lock.json: $(VITESSCE_TESTS)/package.json $(VITESSCE_TESTS)/package-lock.json
+$(VITESSCE_TESTS)/node_modules/.package-lock.json: $(VITESSCE_TESTS)/package.json $(VITESSCE_TESTS)/package-lock.json | $(NPM_CLI)
 	$(NPM_CI) --prefix $(VITESSCE_TESTS)
 
 # @h5web/app and esbuild for tests/http/test_h5web.py (the page is
 # bundled from them in the test), from the committed lock file.
 H5WEB_TESTS := tests/browser/h5web
-$(H5WEB_TESTS)/node_modules/.package-lock.json: $(H5WEB_TESTS)/package.json $(H5WEB_TESTS)/package-lock.json
+$(H5WEB_TESTS)/node_modules/.package-lock.json: $(H5WEB_TESTS)/package.json $(H5WEB_TESTS)/package-lock.json | $(NPM_CLI)
 	$(NPM_CI) --prefix $(H5WEB_TESTS)
 
 # SeaweedFS's weed, the S3 server of tests/http/test_remote.py, built from
 # the Go module proxy at this pinned version (the only one it serves) the
 # first time and kept in CELLAR_TEST_CACHE (tests/build_weed.sh).
-CELLAR_TEST_CACHE ?= $(HOME)/.cache/cellar-test
 WEED_VERSION := v0.0.0-20261109003541-7506e5f91cd6
 WEED_BIN := $(CELLAR_TEST_CACHE)/seaweedfs-$(WEED_VERSION)/weed
 $(WEED_BIN):
@@ -223,7 +236,7 @@ $(WEED_BIN):
 # taxonium-component and esbuild for the Taxonium browser test
 # (tests/http/test_taxonium_browser.py), from its committed lock file.
 TAXONIUM_TESTS := tests/browser/taxonium
-$(TAXONIUM_TESTS)/node_modules/.package-lock.json: $(TAXONIUM_TESTS)/package.json $(TAXONIUM_TESTS)/package-lock.json
+$(TAXONIUM_TESTS)/node_modules/.package-lock.json: $(TAXONIUM_TESTS)/package.json $(TAXONIUM_TESTS)/package-lock.json | $(NPM_CLI)
 	$(NPM_CI) --prefix $(TAXONIUM_TESTS)
 
 pytest: $(BUILD)/cellar venv $(ZARR_CLIENTS)/node_modules/.package-lock.json $(VIEWER_TESTS)/node_modules/.package-lock.json \
