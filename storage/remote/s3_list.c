@@ -41,7 +41,8 @@ static int hexval(char c)
 }
 
 /* Decodes XML text (the five entities and numeric references below 128;
- * other references and raw control bytes refuse the text) into out. */
+ * other references and control characters, raw or referenced, refuse the
+ * text) into out. */
 static int xml_text(const char *s, size_t n, char *out, size_t size)
 {
     size_t o = 0;
@@ -74,7 +75,7 @@ static int xml_text(const char *s, size_t n, char *out, size_t size)
                         return -1;
                     v = v * (hex ? 16u : 10u) + (unsigned)d;
                 }
-                if (j >= n || s[j] != ';' || !digits || v == 0 || v >= 128)
+                if (j >= n || s[j] != ';' || !digits || v < 0x20 || v >= 128)
                     return -1;
                 c = (char)v;
                 i = j + 1;

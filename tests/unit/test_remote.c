@@ -70,6 +70,9 @@ void test_s3_list_refuses(void)
         "<ListBucketResult><Contents><Key>a&bogus;b</Key><Size>1</Size></Contents></ListBucketResult>",
         "<ListBucketResult><Contents><Key>a&#0;b</Key><Size>1</Size></Contents></ListBucketResult>",
         "<ListBucketResult><Contents><Key>a\x01</Key><Size>1</Size></Contents></ListBucketResult>",
+        /* a control character by reference (found by s3_list_fuzz) */
+        "<ListBucketResult><Contents><Key>k&#x19;</Key><Size>3</Size></Contents></ListBucketResult>",
+        "<ListBucketResult><Contents><Key>k&#10;</Key><Size>3</Size></Contents></ListBucketResult>",
         "<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>",    /* no token */
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
