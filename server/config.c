@@ -87,6 +87,8 @@ static const option_def options[] = {
         "a first request waits this long for its probe, then 503 with Retry-After (default 10)"),
     OPT("--probe-concurrency", "CELLAR_PROBE_CONCURRENCY", OPT_UINT, probe_concurrency,
         "probes running at once (default 2)"),
+    OPT("--external-links-in-root", "CELLAR_EXTERNAL_LINKS_IN_ROOT", OPT_BOOL, external_links_in_root,
+        "follow HDF5 external links to files anywhere in the root, not only in the store's folder: 1 or 0 (default 0)"),
     OPT("--access-log", "CELLAR_ACCESS_LOG", OPT_BOOL, access_log,
         "one line per request on stderr, written every 0.1 s: 1 or 0 (default 1)"),
 };

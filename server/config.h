@@ -46,6 +46,7 @@ typedef struct server_config {
     int access_log;
     double request_timeout_seconds; /* the watchdog's deadline; 0 = none */
     int probe;                      /* walk HDF5 files in a probe process first */
+    int external_links_in_root;     /* HDF5 external links may lead anywhere in the root */
     double probe_timeout_seconds;
     uint64_t probe_memory_bytes;
     unsigned probe_concurrency;

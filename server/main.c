@@ -184,6 +184,7 @@ int main(int argc, char **argv)
         .max_open_stores = cfg.max_open_stores,
         .idle_seconds = cfg.idle_seconds,
         .probes = probes,
+        .external_links_in_root = cfg.external_links_in_root,
     };
     reg = registry_new(&rcfg, &err);
     if (!reg) {

@@ -21,8 +21,10 @@
 #include "storage/hdf5/h5_probe.h"
 
 /* The verdict line the child prints; everything else it prints (sanitizer
- * reports, say) is kept only for the log. */
+ * reports, say) is kept only for the log, but for the names of other files
+ * the file's elements name, one a line before the verdict. */
 #define VERDICT_TAG "CELLAR-PROBE "
+#define TARGET_TAG "CELLAR-TARGET "
 /* What the parent keeps of the child's output. */
 #define OUTPUT_MAX 16384
 /* How often the parent looks at the child's resident memory.  The bound
@@ -115,6 +117,11 @@ void probe_child_main(const char *path)
         for (char *c = err.detail; *c; c++)
             if (*c == '\n' || *c == '\r')
                 *c = ' ';
+        for (const char *t = rc ? "" : rep.targets; *t;) {
+            size_t len = strcspn(t, "\n");
+            printf(TARGET_TAG "%.*s\n", (int)len, t);
+            t += len + (t[len] == '\n');
+        }
         printf(VERDICT_TAG "%s ", rc ? "fail" : "ok");
         print_identity(&before);
         if (rc)
@@ -474,6 +481,38 @@ static void set_id(probe_file_id *id, const printed_id *p)
     id->ctime_nsec = p->ctime_nsec;
 }
 
+/* The TARGET_TAG lines the child printed before end, without their tag,
+ * in one malloc'd string ("K NAME\n" each), or NULL when none. */
+static char *targets_printed(const char *output, const char *end)
+{
+    size_t total = 0;
+    char *out = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t at = 0;
+        for (const char *t = output; (t = strstr(t, TARGET_TAG)) != NULL && t < end;) {
+            if (t != output && t[-1] != '\n') {
+                t++;
+                continue;
+            }
+            t += strlen(TARGET_TAG);
+            size_t len = strcspn(t, "\n");
+            if (out) {
+                memcpy(out + at, t, len);
+                out[at + len] = '\n';
+            }
+            at += len + 1;
+            t += len;
+        }
+        if (pass == 0) {
+            total = at;
+            if (!total || !(out = malloc(total + 1)))
+                return NULL;
+        }
+    }
+    out[total] = '\0';
+    return out;
+}
+
 /* The verdict line of a child that exited normally; 0 when there was one. */
 static int parse_verdict(const child_run *c, probe_verdict *v)
 {
@@ -492,6 +531,7 @@ static int parse_verdict(const child_run *c, probe_verdict *v)
     } else if (!strncmp(line, "ok ", 3) && scan_identity(line + 3, &id)) {
         v->outcome = PROBE_OK;
         set_id(&v->walked, &id);
+        v->targets = targets_printed(c->output, line);
     } else if (!strncmp(line, "fail ", 5) && (used = scan_identity(line + 5, &id)) > 0) {
         v->outcome = PROBE_UNREADABLE;
         set_id(&v->walked, &id);

@@ -18,6 +18,7 @@ typedef struct probe_entry {
     int code;                 /* PROBE_NOT_RUN: what to answer */
     probe_outcome outcome;
     char detail[CELLAR_ERROR_DETAIL_MAX];
+    char *targets;            /* PROBE_OK: probe_verdict.targets */
 } probe_entry;
 
 struct probe_cache {
@@ -80,6 +81,7 @@ static void entry_free(probe_entry *e)
         e->rd.free(e->rd.ctx);
     free(e->path);
     free(e->name);
+    free(e->targets);
     free(e);
 }
 
@@ -179,6 +181,10 @@ static void probe_entry_run(probe_cache *pc, probe_entry *e)
         pc->stats.seconds_max = v.seconds;
     e->outcome = v.outcome;
     e->code = v.outcome == PROBE_NOT_RUN ? v.code : 0;
+    if (v.outcome == PROBE_OK) {
+        e->targets = v.targets;
+        v.targets = NULL;
+    }
     snprintf(e->detail, sizeof e->detail, "%s", v.detail);
     e->done = 1;
     if (v.outcome == PROBE_NOT_RUN)
@@ -188,6 +194,7 @@ static void probe_entry_run(probe_cache *pc, probe_entry *e)
     pthread_cond_broadcast(&pc->verdict_in);
     trim_locked(pc);
     pthread_mutex_unlock(&pc->lock);
+    free(v.targets);
     if (v.outcome != PROBE_OK)
         fprintf(stderr, "cellar: store '%s' %s: %s (probe %s after %.2f s)\n", name,
                 v.outcome == PROBE_NOT_RUN ? "was not checked" : "is refused in this version",
@@ -239,7 +246,7 @@ static struct timespec deadline_after(double seconds)
 }
 
 static int check(probe_cache *pc, const char *name, const char *path, const probe_file_id *id,
-                 probe_reader *rd, cellar_error *err);
+                 probe_reader *rd, char **targets, cellar_error *err);
 
 int probe_cache_check(probe_cache *pc, const char *name, const char *path,
                       const probe_file_id *id, cellar_error *err)
@@ -247,12 +254,19 @@ int probe_cache_check(probe_cache *pc, const char *name, const char *path,
     return probe_cache_check_reader(pc, name, path, id, NULL, err);
 }
 
+int probe_cache_check_targets(probe_cache *pc, const char *name, const char *path,
+                              const probe_file_id *id, char **targets, cellar_error *err)
+{
+    *targets = NULL;
+    return check(pc, name, path, id, NULL, targets, err);
+}
+
 int probe_cache_check_reader(probe_cache *pc, const char *name, const char *path,
                              const probe_file_id *id, const probe_reader *rd,
                              cellar_error *err)
 {
     probe_reader owned = rd ? *rd : (probe_reader){0};
-    int rc = check(pc, name, path, id, rd ? &owned : NULL, err);
+    int rc = check(pc, name, path, id, rd ? &owned : NULL, NULL, err);
     if (rd && owned.free) /* not handed to an entry */
         owned.free(owned.ctx);
     return rc;
@@ -260,7 +274,7 @@ int probe_cache_check_reader(probe_cache *pc, const char *name, const char *path
 
 /* probe_cache_check_reader; *rd is cleared once an entry took it over. */
 static int check(probe_cache *pc, const char *name, const char *path, const probe_file_id *id,
-                 probe_reader *rd, cellar_error *err)
+                 probe_reader *rd, char **targets, cellar_error *err)
 {
     char detail[CELLAR_ERROR_DETAIL_MAX];
     struct timespec until = deadline_after(pc->wait_seconds);
@@ -277,6 +291,11 @@ static int check(probe_cache *pc, const char *name, const char *path, const prob
             probe_outcome outcome = e->outcome;
             int code = e->code;
             snprintf(detail, sizeof detail, "%s", e->detail);
+            if (targets && outcome == PROBE_OK && e->targets &&
+                !(*targets = strdup(e->targets))) {
+                pthread_mutex_unlock(&pc->lock);
+                return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+            }
             if (e->transient) {
                 unlink_locked(pc, e);
                 entry_free(e);

@@ -42,6 +42,9 @@ typedef struct probe_verdict {
     char detail[CELLAR_ERROR_DETAIL_MAX]; /* why, when not ok */
     probe_file_id walked; /* what the probe saw (OK, UNREADABLE); else zero */
     double seconds;       /* how long it took */
+    /* OK: the other files the file's elements name (h5_probe_report's
+     * targets), malloc'd, or NULL when none; taken over by the cache. */
+    char *targets;
 } probe_verdict;
 
 /* A file version the probe reads through the serving process rather than
@@ -101,6 +104,13 @@ int probe_cache_check(probe_cache *pc, const char *name, const char *path,
 int probe_cache_check_reader(probe_cache *pc, const char *name, const char *path,
                              const probe_file_id *id, const probe_reader *rd,
                              cellar_error *err);
+
+/* probe_cache_check that also gives, when the version may be opened,
+ * the names of the other files its elements name as the probe reported
+ * them (probe_verdict.targets) in *targets: malloc'd (the caller frees),
+ * or NULL when none. */
+int probe_cache_check_targets(probe_cache *pc, const char *name, const char *path,
+                              const probe_file_id *id, char **targets, cellar_error *err);
 
 typedef struct probe_stats {
     uint64_t outcomes[PROBE_OUTCOMES]; /* probes run, by outcome */

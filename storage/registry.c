@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/hash.h"
+#include "storage/ext_targets.h"
 #include "storage/hdf5/h5.h"
 #include "storage/zarr/zarr.h"
 #include "storage/zip/zip_store.h"
@@ -76,6 +77,9 @@ struct store {
     store_kind kind;
     node *root;
     remote_object *remote_obj; /* a remote HDF5 file: what its tree reads */
+    /* the other files an HDF5 version reaches (its tree borrows it), NULL
+     * when none */
+    ext_targets *ext;
     file_identity id;
     char etag[128];
     char cache_tag[192]; /* store_cache_tag */
@@ -329,12 +333,25 @@ static int64_t rewrite_hidden_from_etag(const file_identity *old, const file_ide
 
 /* Whether a file the version read changed after it opened: zarr reads
  * note it (storage/zarr/zarr_impl.h, zarr_dir); an HDF5 file rewritten in
- * place changes the file's own identity instead. */
+ * place changes the file's own identity instead, and the other files it
+ * reaches (external links, raw storage, virtual sources) are checked here. */
 static int store_files_changed(const store *s)
 {
+    int64_t at = 0;
+    if (s->ext && ext_targets_changed(s->ext, &at))
+        return 1;
     if (s->remote_obj)
         return remote_object_changed(s->remote_obj) != 0;
     return s->backend == BACKEND_ZARR && s->root && zarr_changed_since_open(s->root) != 0;
+}
+
+/* When the change store_files_changed saw happened (ns since the epoch). */
+static int64_t store_changed_at(const store *s)
+{
+    int64_t at = 0;
+    if (s->ext && ext_targets_changed(s->ext, &at))
+        return at;
+    return zarr_changed_since_open(s->root);
 }
 
 static int64_t rewrite_mark_of_locked(const registry *r, const char *name)
@@ -422,6 +439,7 @@ static void store_free(store *s)
         d = next;
     }
     node_tree_free(s->root);
+    ext_targets_free(s->ext);
     remote_object_free(s->remote_obj);
     pthread_mutex_destroy(&s->derived_lock);
     pthread_cond_destroy(&s->derived_cond);
@@ -475,6 +493,10 @@ static void store_name_etag(store *s)
     if (id->remote && n > 0 && (size_t)n < sizeof s->etag)
         n += snprintf(s->etag + n, sizeof s->etag - (size_t)n, "-t%llx",
                       (unsigned long long)id->ino);
+    uint64_t targets = ext_targets_hash(s->ext);
+    if (targets && n > 0 && (size_t)n < sizeof s->etag)
+        n += snprintf(s->etag + n, sizeof s->etag - (size_t)n, "-x%llx",
+                      (unsigned long long)targets);
     if (id->rewritten && n > 0 && (size_t)n < sizeof s->etag)
         n += snprintf(s->etag + n, sizeof s->etag - (size_t)n, "-r%llx",
                       (unsigned long long)id->rewritten);
@@ -538,8 +560,10 @@ static int open_remote(registry *r, store *s, cellar_error *err)
     return rc ? rc : zarr_open_source(src, s->name, &s->root, err);
 }
 
+/* ext: the other files an HDF5 store may reach (NULL: none); the version
+ * takes it over when it opens. */
 static int store_open(registry *r, const char *name, const char *path,
-                      const file_identity *id, store **out, cellar_error *err)
+                      const file_identity *id, ext_targets *ext, store **out, cellar_error *err)
 {
     *out = NULL;
     store *s = calloc(1, sizeof *s);
@@ -586,7 +610,9 @@ static int store_open(registry *r, const char *name, const char *path,
             rc = registry_fail_unknown(err, name);
             goto done;
         }
-        rc = h5_open(path, &s->root, err);
+        rc = h5_open_with_targets(path, ext, &s->root, err);
+        if (!rc)
+            s->ext = ext;
     }
 opened:
     if (rc)
@@ -699,7 +725,7 @@ static store *take_current_locked(registry *r, const char *name, const file_iden
      * while a writer was still going) leaves no mark: replicas that opened
      * the store only once it was quiet then agree on the next one's ETag. */
     if (changed && atomic_load(&cur->answered))
-        mark_rewrite_locked(r, name, zarr_changed_since_open(cur->root));
+        mark_rewrite_locked(r, name, store_changed_at(cur));
     int64_t hidden = cur && !changed ? rewrite_hidden_from_etag(&cur->id, id) : 0;
     if (hidden && atomic_load(&cur->answered))
         mark_rewrite_locked(r, name, hidden);
@@ -727,17 +753,20 @@ static void free_victims(store **victims, size_t n)
  * still being written in between is never served under the identity (and
  * ETag) of another version.  A file that keeps changing is 503. */
 static int open_stable(registry *r, const char *name, const char *path,
-                       const file_identity *first, store **out, cellar_error *err)
+                       const file_identity *first, ext_targets *ext, store **out,
+                       cellar_error *err)
 {
     enum { ATTEMPTS = 5 };
     if (first->remote) /* the identity is the remote's, fetched once */
-        return store_open(r, name, path, first, out, err);
+        return store_open(r, name, path, first, NULL, out, err);
     file_identity before = *first;
     for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
         store *s = NULL;
         cellar_error open_err;
         cellar_error_clear(&open_err);
-        int rc = store_open(r, name, path, &before, &s, &open_err);
+        int rc = store_open(r, name, path, &before, ext, &s, &open_err);
+        if (s)
+            s->ext = NULL; /* the caller's until the version is taken */
         file_identity after;
         if (read_identity(path, is_zarr_directory(name), &after) != 0) {
             store_free(s);
@@ -749,6 +778,7 @@ static int open_stable(registry *r, const char *name, const char *path,
                     *err = open_err;
                 return rc;
             }
+            s->ext = ext;
             *out = s;
             return 0;
         }
@@ -767,7 +797,8 @@ static int open_stable(registry *r, const char *name, const char *path,
  * libhdf5 shares an open file between handles by (device, inode), and two
  * handles of one file must not be opened and closed concurrently. */
 static int open_and_install(registry *r, const char *name, const char *path,
-                            const file_identity *id, store **out, cellar_error *err)
+                            const file_identity *id, ext_targets *ext, store **out,
+                            cellar_error *err)
 {
     store *victims[8];
     size_t n_victims = 0;
@@ -789,7 +820,7 @@ static int open_and_install(registry *r, const char *name, const char *path,
     marked.rewritten = rewrite_mark_of_locked(r, name);
     pthread_mutex_unlock(&r->lock);
     store *fresh = NULL;
-    rc = open_stable(r, name, path, &marked, &fresh, err);
+    rc = open_stable(r, name, path, &marked, ext, &fresh, err);
     if (rc) {
         if (rc == CELLAR_EFORMAT)
             fprintf(stderr, "cellar: store '%s' is not readable: %s\n", name,
@@ -903,9 +934,46 @@ static int get_remote(registry *r, const char *name, store **out, cellar_error *
             return rc;
     }
     pthread_mutex_lock(&r->remote_open_lock);
-    rc = open_and_install(r, name, rid.url, &id, out, err);
+    rc = open_and_install(r, name, rid.url, &id, NULL, out, err);
     pthread_mutex_unlock(&r->remote_open_lock);
     return rc;
+}
+
+/* The table of the other files the store file at path names (refs, as
+ * its probe reported them: storage/ext_targets.h), each resolved and
+ * checked, and each HDF5 file among them probed in turn (its own names
+ * added), as the store's was: before libhdf5 sees it and with no lock
+ * held.  A target whose probe is still running, or could not run, makes
+ * the request 503 (a version would otherwise refuse it for good). */
+static int targets_build(registry *r, const char *name, const char *path, const char *refs,
+                         ext_targets **out, cellar_error *err)
+{
+    ext_targets *t = r->root ? ext_targets_new(r->root, path, r->cfg.external_links_in_root)
+                             : NULL;
+    int rc = t ? ext_targets_add(t, path, refs, 0) : CELLAR_ENOMEM;
+    ext_target *e;
+    while (!rc && (e = ext_targets_next_unprobed(t)) != NULL) {
+        char *real = realpath(e->path, NULL), *sub = NULL;
+        cellar_error local;
+        cellar_error_clear(&local);
+        int prc = real ? probe_cache_check_targets(r->cfg.probes, real + r->root_len + 1, real,
+                                                   &e->id, &sub, &local)
+                       : cellar_fail(&local, CELLAR_EUNAVAILABLE, "'%s' went away", e->name);
+        free(real);
+        if (prc && prc != CELLAR_EFORMAT) {
+            free(sub);
+            ext_targets_free(t);
+            return cellar_fail(err, prc, "store '%s': %s", name, local.detail);
+        }
+        rc = ext_targets_probed(t, e, prc, local.detail, sub);
+        free(sub);
+    }
+    if (rc) {
+        ext_targets_free(t);
+        return cellar_fail(err, rc, "out of memory");
+    }
+    *out = t;
+    return 0;
 }
 
 int registry_get(registry *r, const char *name, store **out, cellar_error *err)
@@ -931,6 +999,7 @@ int registry_get(registry *r, const char *name, store **out, cellar_error *err)
     }
     store *victims[1];
     size_t n_victims = 0;
+    ext_targets *ext = NULL;
     pthread_mutex_lock(&r->lock);
     *out = take_current_locked(r, name, &id, victims, &n_victims);
     pthread_mutex_unlock(&r->lock);
@@ -941,15 +1010,21 @@ int registry_get(registry *r, const char *name, store **out, cellar_error *err)
         probe_file_id pid = {(uint64_t)id.dev, (uint64_t)id.ino, (uint64_t)id.size,
                              (int64_t)id.mtime.tv_sec, id.mtime.tv_nsec,
                              (int64_t)id.ctime.tv_sec, id.ctime.tv_nsec};
-        rc = probe_cache_check(r->cfg.probes, name, path, &pid, err);
+        char *refs = NULL;
+        rc = probe_cache_check_targets(r->cfg.probes, name, path, &pid, &refs, err);
+        if (!rc && refs)
+            rc = targets_build(r, name, path, refs, &ext, err);
+        free(refs);
     }
     if (!*out && !rc) {
         pthread_mutex_t *lock =
             backend_of(name) == BACKEND_ZARR ? &r->zarr_open_lock : &r->open_lock;
         pthread_mutex_lock(lock);
-        rc = open_and_install(r, name, path, &id, out, err);
+        rc = open_and_install(r, name, path, &id, ext, out, err);
         pthread_mutex_unlock(lock);
     }
+    if (!*out || (*out)->ext != ext)
+        ext_targets_free(ext);
     free(path);
     return rc;
 }

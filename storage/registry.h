@@ -42,6 +42,10 @@ typedef struct registry_config {
      * before local stores of the same name, S3 roots' stores after them.
      * Borrowed, must outlive the registry; NULL: none. */
     remote_roots *remote;
+    /* External links of an HDF5 store are followed to files anywhere in
+     * the root, not only inside the store's own folder
+     * (storage/ext_targets.h). */
+    int external_links_in_root;
 } registry_config;
 
 /* Creates a registry over cfg->root (copied). NULL + err on failure

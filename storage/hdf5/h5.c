@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -28,6 +29,7 @@
 #include <unistd.h>
 
 #include "common/utf8.h"
+#include "storage/ext_targets.h"
 #include "storage/hdf5/h5_access.h"
 #include "storage/hdf5/h5_direct.h"
 #include "storage/hdf5/h5_heap.h"
@@ -90,6 +92,14 @@ typedef struct h5_node {
      * member that is an array, its values per record (else 0) */
     int field;
     size_t field_inner;
+    /* the object lives in another file than the root's, reached through an
+     * external link: no direct reads, strings or heap checks from the
+     * root's descriptor (that file was probed whole: libhdf5 reads it) */
+    int foreign;
+    /* root only: the files this version may reach (borrowed: the store's,
+     * NULL when none), and the root file's number (H5O_info_t.fileno) */
+    const ext_targets *targets;
+    unsigned long fileno;
     /* datasets: the direct-read plan, made on first read under dlock */
     pthread_mutex_t dlock;
     int dlock_init;
@@ -533,7 +543,9 @@ static int attr_values(hid_t attr, hid_t obj, const h5_heap_file *heap, hid_t ft
         hobj_ref_t *refs = buf;
         for (size_t i = 0; i < n && !rc; i++) {
             json_t *v = NULL;
-            hid_t target = H5Rdereference2(obj, H5P_DEFAULT, H5R_OBJECT, &refs[i]);
+            /* our access properties: libhdf5 refuses a second open of a
+             * dataset with other prefixes than the first's */
+            hid_t target = H5Rdereference2(obj, h5_link_access(), H5R_OBJECT, &refs[i]);
             if (target >= 0) {
                 ssize_t len = H5Iget_name(target, NULL, 0);
                 char *name = len > 0 ? malloc((size_t)len + 1) : NULL;
@@ -721,29 +733,166 @@ done:
     return rc;
 }
 
-/* Refuses a dataset whose values live in other files: HDF5 external raw
- * storage and virtual datasets can name any path (/etc/passwd), and
- * libhdf5 would read it for us.  Neither is written by anndata, mudata
- * or treedata. */
-static int values_in_this_file(const node *n, const h5_node *h, cellar_error *err)
+/* ------------------------------------------------- other files' values */
+
+/* The probe's sink of the names of other files (h5_set_reference_sink):
+ * set before any thread runs, then only read. */
+static h5_reference_sink reference_sink;
+static void *reference_sink_ctx;
+
+void h5_set_reference_sink(h5_reference_sink sink, void *ctx)
 {
-    hid_t dcpl = H5Dget_create_plist(h->obj);
+    reference_sink = sink;
+    reference_sink_ctx = ctx;
+}
+
+/* The directory libhdf5 resolves the names in obj's file against (the
+ * directory of the name the file was opened by, as "${ORIGIN}" and
+ * external links take it), in base; 0 or -1. */
+static int file_base(hid_t obj, char *base, size_t size)
+{
+    char name[PATH_MAX];
+    ssize_t len = H5Fget_name(obj, name, sizeof name);
+    if (len <= 0 || (size_t)len >= sizeof name)
+        return -1;
+    return ext_targets_dir_of(name, base, size);
+}
+
+/* Whether the dataset dname of the file holding obj keeps its values in
+ * that file: reached by hard links only (a path through a soft or
+ * external link would be traversed by libhdf5 unchecked while it reads),
+ * neither virtual nor with external storage. */
+static int plain_source(hid_t obj, const char *dname)
+{
+    hid_t lapl = h5_link_access();
+    hid_t cur = H5Gopen2(obj, "/", H5P_DEFAULT);
+    int ok = cur >= 0;
+    const char *s = dname;
+    while (ok && *s) {
+        while (*s == '/')
+            s++;
+        size_t len = strcspn(s, "/");
+        if (!len)
+            break;
+        char comp[1024];
+        H5L_info_t li;
+        if (len >= sizeof comp) {
+            ok = 0;
+            break;
+        }
+        memcpy(comp, s, len);
+        comp[len] = '\0';
+        s += len;
+        hid_t next = H5I_INVALID_HID;
+        ok = strcmp(comp, ".") && H5Lget_info(cur, comp, &li, lapl) >= 0 &&
+             li.type == H5L_TYPE_HARD && (next = h5_object_open(cur, comp, NULL)) >= 0;
+        H5Oclose(cur);
+        cur = next;
+    }
+    if (ok && H5Iget_type(cur) == H5I_DATASET) {
+        hid_t dcpl = H5Dget_create_plist(cur);
+        ok = dcpl >= 0 && H5Pget_external_count(dcpl) == 0 && H5Pget_layout(dcpl) != H5D_VIRTUAL &&
+             H5Pget_layout(dcpl) >= 0;
+        if (dcpl >= 0)
+            H5Pclose(dcpl);
+    } else {
+        ok = 0;
+    }
+    if (cur >= 0)
+        H5Oclose(cur);
+    return ok;
+}
+
+/* Why the file `fname` a dataset names (kind EXT_RAW or EXT_VIRTUAL) is
+ * not followed, or NULL when it is. */
+static const char *target_refused(const ext_targets *t, const char *base, char kind,
+                                  const char *fname)
+{
+    const ext_target *e = ext_targets_find(t, base, kind, fname);
+    if (!e)
+        return "the store's probe did not report it";
+    if (e->why)
+        return e->why;
+    if (!e->probed)
+        return "it was not checked";
+    if (kind == EXT_VIRTUAL && e->names_files)
+        return "it names other files itself";
+    if (!ext_target_unchanged(e))
+        return "it changed since the store was opened";
+    return NULL;
+}
+
+int h5_values_followed(hid_t dset, const char *path, const ext_targets *targets,
+                       cellar_error *err)
+{
+    hid_t dcpl = H5Dget_create_plist(dset);
     if (dcpl < 0)
-        return h5_fail(err, CELLAR_EFORMAT, "cannot read the layout of '%s'", n->path);
+        return h5_fail(err, CELLAR_EFORMAT, "cannot read the layout of '%s'", path);
     int external = H5Pget_external_count(dcpl);
     H5D_layout_t layout = H5Pget_layout(dcpl);
+    int rc = 0;
+    char base[PATH_MAX], fname[PATH_MAX], dname[1024];
+    if (external < 0 || layout < 0) {
+        rc = h5_fail(err, CELLAR_EFORMAT, "cannot read the layout of '%s'", path);
+        goto done;
+    }
+    if (external == 0 && layout != H5D_VIRTUAL)
+        goto done;
+    const char *what = external ? "keeps its values in other files (HDF5 external storage)"
+                                : "is a virtual dataset over other files";
+    if (!reference_sink && file_base(dset, base, sizeof base)) {
+        rc = cellar_fail(err, CELLAR_EFORMAT, "'%s' %s, whose directory is unknown", path, what);
+        goto done;
+    }
+    size_t n = external ? (size_t)external : 0;
+    if (layout == H5D_VIRTUAL && H5Pget_virtual_count(dcpl, &n) < 0) {
+        rc = h5_fail(err, CELLAR_EFORMAT, "cannot read the mappings of '%s'", path);
+        goto done;
+    }
+    for (size_t i = 0; i < n && !rc; i++) {
+        off_t off = 0;
+        hsize_t size = 0;
+        const char *why = NULL;
+        ssize_t fl = external ? (H5Pget_external(dcpl, (unsigned)i, sizeof fname, fname, &off,
+                                                 &size) < 0 ? -1 : (ssize_t)strlen(fname))
+                              : H5Pget_virtual_filename(dcpl, i, fname, sizeof fname);
+        ssize_t dl = external ? 0 : H5Pget_virtual_dsetname(dcpl, i, dname, sizeof dname);
+        if (fl <= 0 || (size_t)fl >= sizeof fname - 1 || dl < 0 || (size_t)dl >= sizeof dname) {
+            rc = h5_fail(err, CELLAR_EFORMAT, "'%s' %s, whose names cannot be read", path, what);
+            break;
+        }
+        if (reference_sink) {
+            reference_sink(reference_sink_ctx, external ? EXT_RAW : EXT_VIRTUAL, fname);
+            continue;
+        }
+        if (!external && (strchr(fname, '%') || strchr(dname, '%')))
+            why = "printf-style source names are not followed";
+        else if (!external && !strcmp(fname, "."))
+            why = plain_source(dset, dname) ? NULL
+                                            : "its source in this file is not a plain dataset "
+                                              "reached by hard links";
+        else
+            why = target_refused(targets, base, external ? EXT_RAW : EXT_VIRTUAL, fname);
+        if (why)
+            rc = cellar_fail(err, CELLAR_EFORMAT, "'%s' %s: '%s' is not followed: %s", path, what,
+                             fname, why);
+    }
+    if (!rc && reference_sink) /* the probe reads no other file */
+        rc = cellar_fail(err, CELLAR_EFORMAT, "'%s' %s, which the probe does not read", path,
+                         what);
+done:
     H5Pclose(dcpl);
-    if (external != 0)
-        return cellar_fail(err, CELLAR_EFORMAT,
-                           "'%s' keeps its values in other files (HDF5 external storage), "
-                           "which cellar does not read", n->path);
-    if (layout == H5D_VIRTUAL)
-        return cellar_fail(err, CELLAR_EFORMAT,
-                           "'%s' is a virtual dataset over other files, which cellar does "
-                           "not read", n->path);
-    if (layout < 0)
-        return h5_fail(err, CELLAR_EFORMAT, "cannot read the layout of '%s'", n->path);
-    return 0;
+    return rc;
+}
+
+/* Where heap ids of n's file are checked from: the root's file, or none
+ * (fd -1: not checked) for an object of another file. */
+static const h5_heap_file no_heap = {.fd = -1};
+
+static const h5_heap_file *file_heap(const node *n)
+{
+    const h5_node *h = n->impl;
+    return h && h->foreign ? &no_heap : &((const h5_node *)n->root->impl)->heap;
 }
 
 /* A new node holding the open object obj (and, for the root, file),
@@ -778,20 +927,25 @@ static void direct_reader_open(h5_node *h, const h5_reader *rd);
 /* The reader of the file h5_open_reader is opening on this thread, or NULL. */
 static _Thread_local const h5_reader *opening_reader;
 
-static int h5_node_wrap(node *parent, const char *name, hid_t obj, hid_t file, node **out,
-                        cellar_error *err)
+static int h5_node_wrap(node *parent, const char *name, hid_t obj, hid_t file, int foreign,
+                        const ext_targets *targets, node **out, cellar_error *err)
 {
     *out = NULL;
     node *n = h5_node_alloc(parent, name, obj, file);
     if (!n)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory opening '%s'", name);
     h5_node *h = n->impl;
+    h->foreign = foreign;
+    if (foreign)
+        atomic_store(&h->dstate, DIRECT_NONE);
+    if (!parent)
+        h->targets = targets;
     int rc = 0;
     H5I_type_t it = H5Iget_type(obj);
     if (it == H5I_GROUP) {
         n->info.type = NODE_GROUP;
     } else if (it == H5I_DATASET) {
-        rc = values_in_this_file(n, h, err);
+        rc = h5_values_followed(obj, n->path, ((const h5_node *)n->root->impl)->targets, err);
         if (!rc)
             rc = array_info_load(n, h, err);
     } else {
@@ -803,7 +957,7 @@ static int h5_node_wrap(node *parent, const char *name, hid_t obj, hid_t file, n
         else
             direct_file_open(h);
     }
-    if (!rc && attrs_load(obj, &((const h5_node *)n->root->impl)->heap, n->attrs))
+    if (!rc && attrs_load(obj, file_heap(n), n->attrs))
         rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading attributes of '%s'",
                          n->path);
     if (rc) {
@@ -942,6 +1096,7 @@ static int h5_field_open(node *parent, const char *name, node **out, cellar_erro
     }
     h5_node *h = n->impl;
     h->field = 1;
+    h->foreign = ph->foreign;
     h->ftype = ftype;
     atomic_store(&h->dstate, DIRECT_NONE); /* the stored bytes are whole records */
     int rc = field_info_load(n, h, parent, mt, err);
@@ -979,17 +1134,30 @@ static int h5_list_fields(node *n, arena *a, const char ***names, size_t *count,
 
 /* Set on this thread when libhdf5 was stopped at an external link. */
 static _Thread_local int elink_refused;
+/* The files the tree whose lookup runs on this thread may reach (NULL:
+ * none), for check_external_link. */
+static _Thread_local const ext_targets *following;
 
 /* libhdf5 calls this (H5Pset_elink_cb) before it opens the file of an
- * external link met while traversing a path: a soft link to
- * "/uns/elink/x" would otherwise open any file the store names.  Refusing
- * every one means no lookup of ours opens another file. */
-static herr_t refuse_external_link(const char *parent_file, const char *parent_group,
-                                   const char *child_file, const char *child_object,
-                                   unsigned *acc_flags, hid_t fapl, void *op_data)
+ * external link met while traversing a path (the link itself, or a soft
+ * link to "/uns/elink/x").  It lets libhdf5 go on only to a file the
+ * store version's table followed (storage/ext_targets.h), still the file
+ * it was: libhdf5 then opens the name in the directory of parent_file (no
+ * prefix is set, and the HDF5_EXT_PREFIX variable is unset), exactly the
+ * path the table resolved.  Only string work and a stat here: libhdf5's
+ * lock is held. */
+static herr_t check_external_link(const char *parent_file, const char *parent_group,
+                                  const char *child_file, const char *child_object,
+                                  unsigned *acc_flags, hid_t fapl, void *op_data)
 {
-    (void)parent_file, (void)parent_group, (void)child_file, (void)child_object;
-    (void)acc_flags, (void)fapl, (void)op_data;
+    (void)parent_group, (void)child_object, (void)acc_flags, (void)fapl, (void)op_data;
+    char base[PATH_MAX];
+    const ext_target *e =
+        following && !ext_targets_dir_of(parent_file, base, sizeof base)
+            ? ext_targets_find(following, base, EXT_LINK, child_file)
+            : NULL;
+    if (e && !e->why && e->probed && ext_target_unchanged(e))
+        return 0;
     elink_refused = 1;
     return -1;
 }
@@ -997,17 +1165,24 @@ static herr_t refuse_external_link(const char *parent_file, const char *parent_g
 static pthread_once_t link_access_once = PTHREAD_ONCE_INIT;
 static hid_t link_access_props = H5I_INVALID_HID;
 
+/* Dataset access properties, which are link access properties too: every
+ * lookup and every open of ours uses them.  "${ORIGIN}": the files of a
+ * dataset's external storage and of a virtual dataset's sources are found
+ * in the directory of the dataset's own file (the HDF5_EXTFILE_PREFIX and
+ * HDF5_VDS_PREFIX variables, which would come first, are unset at
+ * startup), which is where storage/ext_targets.c resolved them. */
 static void link_access_make(void)
 {
-    hid_t p = H5Pcreate(H5P_LINK_ACCESS);
-    if (p >= 0 && H5Pset_elink_cb(p, refuse_external_link, NULL) < 0) {
+    hid_t p = H5Pcreate(H5P_DATASET_ACCESS);
+    if (p >= 0 && (H5Pset_elink_cb(p, check_external_link, NULL) < 0 ||
+                   H5Pset_efile_prefix(p, "${ORIGIN}") < 0 ||
+                   H5Pset_virtual_prefix(p, "${ORIGIN}") < 0)) {
         H5Pclose(p);
         p = H5I_INVALID_HID;
     }
     link_access_props = p;
 }
 
-/* The link access properties of every lookup: external links refused. */
 static hid_t link_access(void)
 {
     pthread_once(&link_access_once, link_access_make);
@@ -1028,9 +1203,7 @@ int h5_elink_refused_take(void)
 
 const struct h5_heap_file *h5_node_heap(const node *n)
 {
-    return n && n->ops == &h5_ops && n->root && n->root->impl
-               ? &((const h5_node *)n->root->impl)->heap
-               : NULL;
+    return n && n->ops == &h5_ops && n->root && n->root->impl ? file_heap(n) : NULL;
 }
 
 hid_t h5_node_object(const node *n)
@@ -1039,11 +1212,98 @@ hid_t h5_node_object(const node *n)
                                               : H5I_INVALID_HID;
 }
 
+const ext_targets *h5_node_targets(const node *n)
+{
+    return n && n->ops == &h5_ops && n->root && n->root->impl
+               ? ((const h5_node *)n->root->impl)->targets
+               : NULL;
+}
+
+hid_t h5_object_open(hid_t loc, const char *name, const ext_targets *targets)
+{
+    hid_t lapl = link_access();
+    if (lapl < 0)
+        return H5I_INVALID_HID;
+    /* A dataset is opened with H5Dopen2 and our properties: H5Oopen (and
+     * H5Oget_info_by_name through an external link) opens it without the
+     * prefixes, and libhdf5 keeps the first open's for every later one. */
+    following = targets;
+    hid_t obj = H5Dopen2(loc, name, lapl);
+    if (obj < 0 && !elink_refused) {
+        obj = H5Oopen(loc, name, lapl);
+        if (obj >= 0 && H5Iget_type(obj) == H5I_DATASET) {
+            H5Oclose(obj);
+            obj = H5I_INVALID_HID;
+        }
+    }
+    following = NULL;
+    return obj;
+}
+
+int h5_external_link_followed(hid_t loc, const char *name, const char *shown,
+                              const ext_targets *targets, cellar_error *err)
+{
+    char val[PATH_MAX + 1024], base[PATH_MAX];
+    H5L_info_t li;
+    unsigned flags = 0;
+    const char *file = NULL, *obj = NULL;
+    if (H5Lget_info(loc, name, &li, link_access()) < 0 || li.u.val_size > sizeof val ||
+        H5Lget_val(loc, name, val, sizeof val, link_access()) < 0 ||
+        H5Lunpack_elink_val(val, li.u.val_size, &flags, &file, &obj) < 0 || !file || !obj)
+        return h5_fail(err, CELLAR_EFORMAT, "cannot read the external link '%s'", shown);
+    if (reference_sink) {
+        reference_sink(reference_sink_ctx, EXT_LINK, file);
+        return cellar_fail(err, CELLAR_EFORMAT,
+                           "'%s' is an external link to another file, which the probe does "
+                           "not follow",
+                           shown);
+    }
+    const ext_target *e = NULL;
+    const char *why = "the store's probe did not report it";
+    if (!file_base(loc, base, sizeof base) &&
+        (e = ext_targets_find(targets, base, EXT_LINK, file)) != NULL)
+        why = e->why ? e->why
+              : !e->probed ? "it was not checked"
+              : !ext_target_unchanged(e) ? "it changed since the store was opened"
+                                         : NULL;
+    if (why)
+        return cellar_fail(err, CELLAR_EFORMAT,
+                           "'%s' is an external link to '%s', which is not followed: %s", shown,
+                           file, why);
+    return 0;
+}
+
+void h5_following_set(const ext_targets *targets)
+{
+    following = targets;
+}
+
+/* Whether obj lies in another file than the tree's root file. */
+static int in_other_file(hid_t obj, const h5_node *root)
+{
+#if H5_VERSION_GE(1, 12, 0)
+    H5O_info2_t info;
+    if (H5Oget_info3(obj, &info, H5O_INFO_BASIC) < 0)
+        return 1;
+#else
+    H5O_info_t info;
+    if (H5Oget_info2(obj, &info, H5O_INFO_BASIC) < 0)
+        return 1;
+#endif
+    return info.fileno != root->fileno;
+}
+
+int h5_object_in_other_file(hid_t obj, const node *root)
+{
+    return root->ops != &h5_ops || in_other_file(obj, root->impl);
+}
+
 static int h5_open_child(node *parent, const char *name, node **out, cellar_error *err)
 {
     h5_quiet();
     *out = NULL;
     h5_node *ph = parent->impl;
+    const h5_node *root = parent->root->impl;
     if (parent->info.type == NODE_ARRAY)
         return h5_field_open(parent, name, out, err);
     const char *sep = strcmp(parent->path, "/") == 0 ? "" : "/";
@@ -1063,27 +1323,30 @@ static int h5_open_child(node *parent, const char *name, node **out, cellar_erro
     if (H5Lget_info(ph->obj, name, &li, lapl) < 0)
         return h5_fail(err, CELLAR_EFORMAT, "cannot read the link '%s%s%s'", parent->path, sep,
                        name);
-    if (li.type == H5L_TYPE_EXTERNAL)
-        return cellar_fail(err, CELLAR_EFORMAT,
-                           "'%s%s%s' is an external link to another file, which is not supported",
-                           parent->path, sep, name);
-    if (li.type != H5L_TYPE_HARD && li.type != H5L_TYPE_SOFT)
-        return cellar_fail(err, CELLAR_EFORMAT, "'%s%s%s' is a user-defined link, not supported",
-                           parent->path, sep, name);
+    char shown[1200];
+    snprintf(shown, sizeof shown, "%s%s%s", parent->path, sep, name);
+    if (li.type == H5L_TYPE_EXTERNAL) {
+        int rc = h5_external_link_followed(ph->obj, name, shown, root->targets, err);
+        if (rc)
+            return rc;
+    } else if (li.type != H5L_TYPE_HARD && li.type != H5L_TYPE_SOFT) {
+        return cellar_fail(err, CELLAR_EFORMAT, "'%s' is a user-defined link, not supported",
+                           shown);
+    }
     elink_refused = 0;
-    hid_t obj = H5Oopen(ph->obj, name, lapl);
+    hid_t obj = h5_object_open(ph->obj, name, root->targets);
     if (obj < 0) {
         if (elink_refused)
             return cellar_fail(err, CELLAR_EFORMAT,
-                               "'%s%s%s' is a soft link through an external link to another "
-                               "file, which is not supported",
-                               parent->path, sep, name);
+                               "'%s' is a soft link through an external link to another "
+                               "file, which is not followed",
+                               shown);
         if (li.type == H5L_TYPE_SOFT)
-            return h5_fail(err, CELLAR_EFORMAT, "'%s%s%s' is a soft link to nothing",
-                           parent->path, sep, name);
-        return h5_fail(err, CELLAR_EFORMAT, "cannot open '%s%s%s'", parent->path, sep, name);
+            return h5_fail(err, CELLAR_EFORMAT, "'%s' is a soft link to nothing", shown);
+        return h5_fail(err, CELLAR_EFORMAT, "cannot open '%s'", shown);
     }
-    return h5_node_wrap(parent, name, obj, H5I_INVALID_HID, out, err);
+    int foreign = ph->foreign || (li.type != H5L_TYPE_HARD && in_other_file(obj, root));
+    return h5_node_wrap(parent, name, obj, H5I_INVALID_HID, foreign, NULL, out, err);
 }
 
 typedef struct name_list {
@@ -1361,7 +1624,7 @@ static hid_t xfer_for(const h5_node *h, size_t nelem)
 static int strings_checked(const node *n, const h5_node *h, hid_t mspace, hid_t fspace,
                            hid_t dxpl, size_t nelem, cellar_error *err)
 {
-    const h5_heap_file *heap = &((const h5_node *)n->root->impl)->heap;
+    const h5_heap_file *heap = file_heap(n);
     /* (A string field of a compound is read within its records, unchecked.) */
     if (!h->vlen || h->field || nelem == 0 || (heap->fd < 0 && !heap->rd))
         return 0;
@@ -2333,7 +2596,7 @@ static int h5_stream_string(node *n, size_t piece, node_string_sink sink, void *
                             cellar_error *err)
 {
     const h5_node *root = n->root->impl, *h = n->impl;
-    if (!root || !root->file_path || h->field)
+    if (!root || !root->file_path || h->field || h->foreign)
         return cellar_fail(err, CELLAR_EINVAL, "'%s' cannot be streamed", n->path);
     return h5_stream_vlen_string(root->file_path, n->path, piece, sink, ctx, err);
 }
@@ -2343,6 +2606,11 @@ void h5_library_init(void)
     const char *direct = getenv("CELLAR_H5_DIRECT");
     if (direct && strcmp(direct, "0") == 0)
         h5_set_direct_reads(0);
+    /* libhdf5 would look for other files in these before the places
+     * storage/ext_targets.c resolved them in. */
+    unsetenv("HDF5_EXT_PREFIX");
+    unsetenv("HDF5_EXTFILE_PREFIX");
+    unsetenv("HDF5_VDS_PREFIX");
     H5open();
     h5_vfd_init();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
@@ -2424,9 +2692,10 @@ static const char *base_name(const char *path)
 }
 
 static int open_tree_with(const char *path, const char *bn, hid_t fapl, hsize_t size,
-                          node **root, cellar_error *err);
+                          const ext_targets *targets, node **root, cellar_error *err);
 
-static int open_file_tree(const char *path, node **root, cellar_error *err)
+static int open_file_tree(const char *path, const ext_targets *targets, node **root,
+                          cellar_error *err)
 {
     h5_quiet();
     *root = NULL;
@@ -2458,14 +2727,14 @@ static int open_file_tree(const char *path, node **root, cellar_error *err)
     hid_t fapl = h5_file_access_props();
     if (fapl < 0)
         return h5_fail(err, CELLAR_EINTERNAL, "cannot set up access to '%s'", bn);
-    return open_tree_with(path, bn, fapl, (hsize_t)st.st_size, root, err);
+    return open_tree_with(path, bn, fapl, (hsize_t)st.st_size, targets, root, err);
 }
 
 /* The tree of the file libhdf5 opens at path with fapl (closed here);
  * size: the file's size when opened from a local file (its rewrite
  * check), 0 for a reader. */
 static int open_tree_with(const char *path, const char *bn, hid_t fapl, hsize_t size,
-                          node **root, cellar_error *err)
+                          const ext_targets *targets, node **root, cellar_error *err)
 {
     hid_t file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (file < 0) {
@@ -2492,10 +2761,18 @@ static int open_tree_with(const char *path, const char *bn, hid_t fapl, hsize_t 
         H5Fclose(file);
         return rc;
     }
-    int rc = h5_node_wrap(NULL, "", g, file, root, err);
+#if H5_VERSION_GE(1, 12, 0)
+    H5O_info2_t gi;
+    herr_t gi_rc = H5Oget_info3(g, &gi, H5O_INFO_BASIC);
+#else
+    H5O_info_t gi;
+    herr_t gi_rc = H5Oget_info2(g, &gi, H5O_INFO_BASIC);
+#endif
+    int rc = h5_node_wrap(NULL, "", g, file, 0, targets, root, err);
     if (rc)
         return rc;
     h5_node *rh = (*root)->impl;
+    rh->fileno = gi_rc >= 0 ? gi.fileno : 0;
     if (!size) /* a reader's file: no path to stream strings from */
         return 0;
     rh->file_path = strdup(path);
@@ -2517,7 +2794,7 @@ int h5_open_reader(const h5_reader *rd, const char *what, node **root, cellar_er
     hid_t fapl = h5_vfd_fapl(&vr);
     opening_reader = rd;
     int rc = fapl < 0 ? h5_fail(err, CELLAR_EINTERNAL, "cannot set up access to '%s'", what)
-                      : open_tree_with(what, what, fapl, 0, root, err);
+                      : open_tree_with(what, what, fapl, 0, NULL, root, err);
     opening_reader = NULL;
     if (!rc)
         direct_reader_open((*root)->impl, rd);
@@ -2525,12 +2802,18 @@ int h5_open_reader(const h5_reader *rd, const char *what, node **root, cellar_er
     return rc;
 }
 
-int h5_open(const char *path, node **root, cellar_error *err)
+int h5_open_with_targets(const char *path, const ext_targets *targets, node **root,
+                         cellar_error *err)
 {
     int slot = node_locked_call_enter(); /* libhdf5 may hang in here too */
-    int rc = open_file_tree(path, root, err);
+    int rc = open_file_tree(path, targets, root, err);
     node_locked_call_leave(slot);
     return rc;
+}
+
+int h5_open(const char *path, node **root, cellar_error *err)
+{
+    return h5_open_with_targets(path, NULL, root, err);
 }
 
 /* ------------------------------------------------- for the probe's walk */

@@ -43,6 +43,15 @@ void h5_library_init(void);
  * CELLAR_EUNAVAILABLE as above, CELLAR_ENOMEM. */
 int h5_open(const char *path, node **root, cellar_error *err);
 
+struct ext_targets;
+
+/* h5_open, following the external links, external raw storage and
+ * virtual datasets that targets (storage/ext_targets.h; borrowed, must
+ * outlive the tree) followed; every other one is CELLAR_EFORMAT naming
+ * the element and why.  h5_open follows none. */
+int h5_open_with_targets(const char *path, const struct ext_targets *targets, node **root,
+                         cellar_error *err);
+
 /* A file read by ranges through callbacks rather than from a local path
  * (a remote object: storage/remote/remote_store.h).  read fills [off, off
  * + n) (within size) and returns 0, or a cellar code with err filled: a
@@ -136,6 +145,15 @@ typedef struct h5_chunk_bytes {
 int h5_zarr_chunk(node *n, const int64_t *cidx, h5_chunk_bytes *out, cellar_error *err);
 
 /* ---- for the probe's walk (storage/hdf5/h5_probe.c) ---- */
+
+/* Called with the name of each other file an element names (kind
+ * EXT_LINK, EXT_RAW or EXT_VIRTUAL of storage/ext_targets.h) as it is
+ * opened; such elements are then refused. */
+typedef void (*h5_reference_sink)(void *ctx, char kind, const char *name);
+
+/* Sets the sink for the whole process (the probe's, before any thread
+ * runs; NULL: none). */
+void h5_set_reference_sink(h5_reference_sink sink, void *ctx);
 
 /* An identity of n's HDF5 object within its file (hard links to one object
  * share it), for telling cycles apart.  0, or -1 when there is none. */

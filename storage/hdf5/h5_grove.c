@@ -346,6 +346,22 @@ static int link_value(hid_t loc, const char *path, const H5L_info_t *li, hid_t l
     return 0;
 }
 
+/* The object at path, libhdf5 following the external links the version
+ * followed on the way (h5_object_open). */
+static int open_object(hid_t loc, const char *path, const h5g_object *out, hid_t *obj,
+                       cellar_error *err)
+{
+    h5_elink_refused_take();
+    *obj = h5_object_open(loc, path, out->targets);
+    if (*obj >= 0)
+        return 0;
+    if (h5_elink_refused_take())
+        return cellar_fail(err, CELLAR_EFORMAT,
+                           "%s goes through an external link to another file, which is not "
+                           "followed", path);
+    return h5_fail(err, CELLAR_EFORMAT, "cannot open '%s'", path);
+}
+
 static int open_locked(node *root, const char *path, h5g_links links, arena *a,
                        h5g_object *out, cellar_error *err)
 {
@@ -364,43 +380,56 @@ static int open_locked(node *root, const char *path, h5g_links links, arena *a,
         return h5_fail(err, CELLAR_EINTERNAL, "cannot set up link access");
     H5L_info_t li;
     h5_elink_refused_take();
-    if (!*path || H5Lget_info(loc, path, &li, lapl) < 0) {
+    h5_following_set(out->targets);
+    herr_t got = *path ? H5Lget_info(loc, path, &li, lapl) : -1;
+    h5_following_set(NULL);
+    if (got < 0) {
         if (h5_elink_refused_take())
             return cellar_fail(err, CELLAR_EFORMAT,
                                "%s goes through an external link to another file, which "
-                               "cellar does not follow", path);
+                               "is not followed", path);
         return cellar_fail(err, CELLAR_ENOTFOUND, "%s is not a valid path", path);
     }
+    hid_t obj = H5I_INVALID_HID;
+    int rc = 0;
     if (li.type == H5L_TYPE_HARD) {
-        hid_t obj = H5Oopen(loc, path, lapl);
-        if (obj < 0)
-            return h5_fail(err, CELLAR_EFORMAT, "cannot open '%s'", path);
-        return classify_object(obj, out, path, err);
+        rc = open_object(loc, path, out, &obj, err);
+        return rc ? rc : classify_object(obj, out, path, err);
     }
     if (li.type != H5L_TYPE_SOFT && li.type != H5L_TYPE_EXTERNAL)
         return cellar_fail(err, CELLAR_EFORMAT, "%s is a user-defined link, not supported", path);
-    int rc = link_value(loc, path, &li, lapl, a, out, err);
+    h5_following_set(out->targets);
+    rc = link_value(loc, path, &li, lapl, a, out, err);
+    h5_following_set(NULL);
     if (rc || links == GROVE_LINKS_NONE)
         return rc;
     if (li.type == H5L_TYPE_EXTERNAL) {
-        if (links == GROVE_LINKS_ONLY_VALID)
-            return 0; /* shown as the link: its file is never opened */
-        return cellar_fail(err, CELLAR_EFORMAT,
-                           "%s is an external link to '%s', which cellar does not follow",
-                           path, out->target_file);
+        /* followed as h5grove follows it when the version followed its
+         * file (storage/ext_targets.h); else shown as the link */
+        cellar_error why;
+        cellar_error_clear(&why);
+        h5_following_set(out->targets);
+        rc = h5_external_link_followed(loc, path, path, out->targets, &why);
+        h5_following_set(NULL);
+        if (rc && links == GROVE_LINKS_ONLY_VALID)
+            return 0;
+        if (rc)
+            return cellar_fail(err, CELLAR_EFORMAT, "%s", why.detail);
     }
-    hid_t obj = H5Oopen(loc, path, lapl);
-    int through_external = h5_elink_refused_take();
-    if (obj >= 0) {
+    cellar_error local;
+    cellar_error_clear(&local);
+    rc = open_object(loc, path, out, &obj, &local);
+    if (!rc) {
         out->target_path = NULL;
+        out->target_file = NULL;
         return classify_object(obj, out, path, err);
     }
     if (links == GROVE_LINKS_ONLY_VALID)
         return 0;
-    if (through_external)
+    if (strstr(local.detail, "external link"))
         return cellar_fail(err, CELLAR_EFORMAT,
-                           "%s is a soft link through an external link, which cellar does "
-                           "not follow", path);
+                           "%s is a soft link through an external link, which is not followed",
+                           path);
     return cellar_fail(err, CELLAR_ENOTFOUND, "Cannot resolve the soft link at %s", path);
 }
 
@@ -410,10 +439,13 @@ int h5g_open(node *root, const char *path, h5g_links links, arena *a, h5g_object
     memset(out, 0, sizeof *out);
     out->hid = -1;
     int slot = node_locked_call_enter();
+    out->targets = h5_node_targets(root);
     int rc = open_locked(root, path, links, a, out, err);
+    if (!rc) /* a file reached through an external link: read unchecked */
+        out->heap = out->hid >= 0 && h5_object_in_other_file(out->hid, root)
+                        ? NULL
+                        : h5_node_heap(root);
     node_locked_call_leave(slot);
-    if (!rc)
-        out->heap = h5_node_heap(root);
     return rc;
 }
 
@@ -820,22 +852,6 @@ int h5g_attrs(const h5g_object *o, int with_values, arena *a, h5g_attr **out, si
 
 /* ----------------------------------------------------------------- reads */
 
-/* Refuses a dataset whose values live in other files (as h5.c does). */
-static int values_here(hid_t dset, cellar_error *err)
-{
-    hid_t dcpl = H5Dget_create_plist(dset);
-    if (dcpl < 0)
-        return h5_fail(err, CELLAR_EFORMAT, "cannot read the dataset's layout");
-    int external = H5Pget_external_count(dcpl);
-    H5D_layout_t layout = H5Pget_layout(dcpl);
-    H5Pclose(dcpl);
-    if (external != 0 || layout == H5D_VIRTUAL)
-        return cellar_fail(err, CELLAR_EFORMAT,
-                           "the dataset keeps its values in other files (external storage or "
-                           "a virtual dataset), which cellar does not read");
-    return 0;
-}
-
 static int read_locked(const h5g_object *o, const h5g_type *t, int ndim, const int64_t *start,
                        const int64_t *step, const int64_t *count, uint64_t max_bytes,
                        arena *a, void **out, cellar_error *err)
@@ -857,7 +873,7 @@ static int read_locked(const h5g_object *o, const h5g_type *t, int ndim, const i
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
     if (n == 0)
         return 0;
-    int rc = values_here(o->hid, err);
+    int rc = h5_values_followed(o->hid, "the dataset", o->targets, err);
     if (rc)
         return rc;
     hid_t fspace = H5Dget_space(o->hid), mspace = H5I_INVALID_HID;

@@ -80,6 +80,8 @@ typedef struct h5g_object {
     /* where the file's heap ids are checked from before libhdf5 follows
      * them (storage/hdf5/h5_heap.h), borrowed; NULL: read unchecked */
     const struct h5_heap_file *heap;
+    /* the other files the store version follows (storage/ext_targets.h) */
+    const struct ext_targets *targets;
 } h5g_object;
 
 /* The object at path (absolute, or relative to the root; "/" the root) in

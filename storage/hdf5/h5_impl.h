@@ -18,9 +18,40 @@ void h5_quiet(void);
 int h5_fail(cellar_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* The link access properties every lookup uses: libhdf5 is stopped before
- * it opens the file of any external link it meets. */
+struct ext_targets;
+
+/* The link (and dataset) access properties every lookup uses: libhdf5 is
+ * stopped before it opens the file of an external link it meets, unless
+ * h5_object_open was given a table that followed it. */
 hid_t h5_link_access(void);
+
+/* Opens the object at name from loc as a node does (a dataset with
+ * H5Dopen2, so that its other files are found where the table resolved
+ * them), following the external links targets followed; -1 on failure
+ * (h5_elink_refused_take says whether an external link stopped it). */
+hid_t h5_object_open(hid_t loc, const char *name, const struct ext_targets *targets);
+
+/* 0 when the external link name at loc (shown names it) leads to a file
+ * targets followed, else CELLAR_EFORMAT naming the link and why. */
+int h5_external_link_followed(hid_t loc, const char *name, const char *shown,
+                              const struct ext_targets *targets, cellar_error *err);
+
+/* 0 when dataset dset (path names it) keeps its values in its own file,
+ * or in files targets followed (external raw storage; virtual sources
+ * that name no files themselves, or plain datasets of its own file),
+ * else CELLAR_EFORMAT naming it and why. */
+int h5_values_followed(hid_t dset, const char *path, const struct ext_targets *targets,
+                       cellar_error *err);
+
+/* Lookups on this thread follow the external links targets followed,
+ * until called again with NULL. */
+void h5_following_set(const struct ext_targets *targets);
+
+/* Whether obj (opened from root's tree) lies in another file than root's. */
+int h5_object_in_other_file(hid_t obj, const node *root);
+
+/* The table of the tree n belongs to (NULL: it follows no other file). */
+const struct ext_targets *h5_node_targets(const node *n);
 
 /* Whether a lookup on this thread was stopped at an external link since
  * the last call (and clears the mark). */

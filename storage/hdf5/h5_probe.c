@@ -249,13 +249,41 @@ static int walk_group(walk *w, node *g, cellar_error *err)
 static int walk_tree(node *root, const char *path, const h5_probe_limits *lim,
                      h5_probe_report *rep, cellar_error *err);
 
+/* Notes the name of another file (h5_reference_sink) in the report. */
+static void note_target(void *ctx, char kind, const char *name)
+{
+    h5_probe_report *rep = ctx;
+    char line[3 * 4096 + 4];
+    size_t n = 0;
+    line[n++] = kind;
+    line[n++] = ' ';
+    for (const unsigned char *c = (const unsigned char *)name; *c && n + 4 < sizeof line; c++)
+        n += (size_t)(*c <= ' ' || *c == '%' || *c > '~'
+                          ? snprintf(line + n, sizeof line - n, "%%%02X", *c)
+                          : (line[n] = (char)*c, 1));
+    line[n++] = '\n';
+    line[n] = '\0';
+    for (const char *at = rep->targets; (at = strstr(at, line)) != NULL; at++)
+        if (at == rep->targets || at[-1] == '\n')
+            return; /* noted already */
+    if (rep->targets_len + n + 1 > sizeof rep->targets) {
+        rep->targets_cut = 1;
+        return;
+    }
+    memcpy(rep->targets + rep->targets_len, line, n + 1);
+    rep->targets_len += n;
+}
+
 int h5_probe_file(const char *path, const h5_probe_limits *lim, h5_probe_report *rep,
                   cellar_error *err)
 {
     memset(rep, 0, sizeof *rep);
     node *root = NULL;
+    h5_set_reference_sink(note_target, rep);
     int rc = h5_open(path, &root, err);
-    return rc ? rc : walk_tree(root, path, lim, rep, err);
+    rc = rc ? rc : walk_tree(root, path, lim, rep, err);
+    h5_set_reference_sink(NULL, NULL);
+    return rc;
 }
 
 int h5_probe_reader(const h5_reader *rd, const char *what, const h5_probe_limits *lim,

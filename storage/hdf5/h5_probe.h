@@ -51,6 +51,13 @@ typedef struct h5_probe_report {
     uint64_t strings_read, bytes_read, chunk_lookups;
     uint64_t broken;     /* elements libhdf5 reported as unreadable */
     int over_limit;      /* some bound of h5_probe_limits was reached */
+    /* The other files its elements name (external links, external raw
+     * storage, virtual sources), each once: lines "K NAME\n", K the kind
+     * (storage/ext_targets.h), NAME with its bytes below '!', '%' and
+     * above '~' written %XX.  Not walked: each is probed on its own. */
+    char targets[8192];
+    size_t targets_len;
+    int targets_cut;     /* some did not fit (they are then refused) */
 } h5_probe_report;
 
 /* Walks the HDF5 file at path as above.  0 when the walk finished (rep

@@ -13,6 +13,7 @@
 
 #include "storage/hdf5/h5_access.h"
 #include "storage/hdf5/h5_heap.h"
+#include "storage/hdf5/h5_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -88,7 +89,7 @@ static int locate(const char *file_path, const char *dset_path, vlen_where *w,
         goto done;
     }
     w->base = userblock;
-    d = H5Dopen2(file, dset_path, H5P_DEFAULT);
+    d = H5Dopen2(file, dset_path, h5_link_access());
     if (d < 0 || !dataset_ok(d)) {
         rc = not_here(err, "not a contiguous variable-length string");
         goto done;

@@ -104,8 +104,8 @@ def write_hdf5_fifo_stores(root, outside):
             f["uns/linked"] = h5py.SoftLink("/uns/door/data")
             f["uns/text"] = h5py.SoftLink("/uns/door/text")
             f["var"].attrs["_index"] = "door/text"  # a name that is a path
-    # An external link to another file of the same folder: refused too
-    # (cellar follows no external link; README "Bad files").
+    # An external link to another file of the same folder: followed (issue
+    # 19, point 5; README "Bad files"), its file probed first.
     with h5py.File(root / "sibling.h5", "w") as f:
         f["data"] = np.arange(4, dtype=np.int8)
     make_adata().write_h5ad(root / "elink_sibling.h5ad")
@@ -217,8 +217,7 @@ def sweep(s, root, store):
     return statuses
 
 
-@pytest.mark.parametrize("store", ["ext_fifo.h5ad", "vds_fifo.h5ad", "elink_fifo.h5ad",
-                                   "elink_sibling.h5ad"])
+@pytest.mark.parametrize("store", ["ext_fifo.h5ad", "vds_fifo.h5ad", "elink_fifo.h5ad"])
 def test_hdf5_opens_nothing_an_element_names(escape_dirs, esrv, store):
     root, _ = escape_dirs
     statuses = sweep(esrv, root, store)
@@ -233,6 +232,19 @@ def test_hdf5_opens_nothing_an_element_names(escape_dirs, esrv, store):
     assert word in r.json()["detail"], r.json()
     if element == "/uns/vds":
         assert statuses[base + "/uns/vds_unlimited"] == 422
+
+
+def test_hdf5_follows_an_external_link_beside_the_store(escape_dirs, esrv):
+    """A sibling file in the store's folder is inside the root: the link is
+    followed (its file probed first), with h5py's values."""
+    root, _ = escape_dirs
+    statuses = sweep(esrv, root, "elink_sibling.h5ad")
+    base = "/v1/stores/elink_sibling.h5ad"
+    assert statuses[base] == 200 and statuses[base + "/obs"] == 200
+    r = timed_get(esrv, base + "/uns/linked?format=json")
+    assert r.status_code == 200, r.text
+    with h5py.File(root / "elink_sibling.h5ad", "r") as f:
+        assert r.json() == f["uns/linked"][()].tolist()
 
 
 VIEWER_ELEMENTS = ["/uns", "/uns/ext", "/uns/vds", "/uns/vds_unlimited", "/uns/linked",
