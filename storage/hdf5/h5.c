@@ -2611,6 +2611,10 @@ void h5_library_init(void)
     unsetenv("HDF5_EXT_PREFIX");
     unsetenv("HDF5_EXTFILE_PREFIX");
     unsetenv("HDF5_VDS_PREFIX");
+    /* The files libhdf5 opens for us through external links and virtual
+     * datasets take their access properties from the file naming them,
+     * but not its "no file locks": a server must not stop writers. */
+    setenv("HDF5_USE_FILE_LOCKING", "FALSE", 1);
     H5open();
     h5_vfd_init();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
