@@ -269,6 +269,20 @@ int ext_targets_changed(const ext_targets *t, int64_t *at)
     return 0;
 }
 
+int ext_targets_stale_for(const ext_targets *old, const ext_targets *now)
+{
+    for (size_t i = 0; old && now && i < old->n; i++) {
+        const ext_target *a = &old->items[i];
+        for (size_t j = 0; a->exists && !a->why && j < now->n; j++) {
+            const ext_target *b = &now->items[j];
+            if (b->exists && !b->why && a->id.dev == b->id.dev && a->id.ino == b->id.ino &&
+                !id_same(&a->id, &b->id))
+                return 1;
+        }
+    }
+    return 0;
+}
+
 uint64_t ext_targets_hash(const ext_targets *t)
 {
     uint64_t h = 0;

@@ -87,6 +87,12 @@ int ext_target_unchanged(const ext_target *e);
  * the change's time (ns since the epoch, its ctime, or now when it went). */
 int ext_targets_changed(const ext_targets *t, int64_t *at);
 
+/* Whether old follows a file that now follows too (same device and
+ * inode) but in another version (size, mtime or ctime differ): libhdf5
+ * shares open files by device and inode, so while old's tree is alive a
+ * tree over now would get old's cached view of that file. */
+int ext_targets_stale_for(const ext_targets *old, const ext_targets *now);
+
 /* A hash of what the targets are (names, sizes, mtimes): part of the
  * version's ETag, so it differs when a target does. 0 for an empty table. */
 uint64_t ext_targets_hash(const ext_targets *t);

@@ -712,6 +712,38 @@ static int wait_same_file_closed_locked(registry *r, const file_identity *id)
     return 0;
 }
 
+static int retired_holds_targets(registry *r, const ext_targets *ext)
+{
+    for (store *s = r->retired; s; s = s->next_retired)
+        if (ext_targets_stale_for(s->ext, ext))
+            return 1;
+    return 0;
+}
+
+/* The same for the files a new version follows (ext): current versions
+ * of any store that hold an older version of one are retired first
+ * (appended to victims while there is room). Lock held. */
+static int wait_targets_closed_locked(registry *r, const ext_targets *ext, store **victims,
+                                      size_t *n_victims, size_t max_victims)
+{
+    for (size_t i = 0; i < r->n_open;) {
+        if (*n_victims < max_victims && ext_targets_stale_for(r->open[i]->ext, ext)) {
+            store *v = retire_locked(r, i);
+            if (v)
+                victims[(*n_victims)++] = v;
+            continue;
+        }
+        i++;
+    }
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += REGISTRY_DRAIN_SECONDS;
+    while (retired_holds_targets(r, ext))
+        if (pthread_cond_timedwait(&r->released, &r->lock, &deadline) == ETIMEDOUT)
+            return CELLAR_EUNAVAILABLE;
+    return 0;
+}
+
 /* Takes a reference on the current version of name when it still has this
  * identity; else retires a stale one (appending it to victims when nobody
  * holds it) and returns NULL. Lock held. */
@@ -809,6 +841,17 @@ static int open_and_install(registry *r, const char *name, const char *path,
         wait_same_file_closed_locked(r, id))
         rc = cellar_fail(err, CELLAR_EUNAVAILABLE, "store '%s' is being rewritten; retry",
                          name);
+    if (!*out && !rc && ext) {
+        pthread_mutex_unlock(&r->lock);
+        free_victims(victims, n_victims); /* freed outside the lock, then waited for */
+        n_victims = 0;
+        pthread_mutex_lock(&r->lock);
+        if (wait_targets_closed_locked(r, ext, victims, &n_victims,
+                                       sizeof victims / sizeof *victims))
+            rc = cellar_fail(err, CELLAR_EUNAVAILABLE,
+                             "a file store '%s' reaches is being rewritten; retry", name);
+        /* victims retired here are freed below, before this version opens */
+    }
     pthread_mutex_unlock(&r->lock);
     free_victims(victims, n_victims);
     n_victims = 0;
