@@ -691,11 +691,26 @@ static int install_locked(registry *r, store *s)
     return 0;
 }
 
-static int retired_holds_file(registry *r, const file_identity *id)
+static int retired_holds_file(registry *r, const void *what)
 {
+    const file_identity *id = what;
     for (store *s = r->retired; s; s = s->next_retired)
         if (s->id.dev == id->dev && s->id.ino == id->ino)
             return 1;
+    return 0;
+}
+
+/* Waits, for at most REGISTRY_DRAIN_SECONDS, until held(r, what) is false
+ * (retired versions going as their requests end). Lock held. */
+static int wait_released_locked(registry *r, int (*held)(registry *, const void *),
+                                const void *what)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += REGISTRY_DRAIN_SECONDS;
+    while (held(r, what))
+        if (pthread_cond_timedwait(&r->released, &r->lock, &deadline) == ETIMEDOUT)
+            return CELLAR_EUNAVAILABLE;
     return 0;
 }
 
@@ -703,16 +718,10 @@ static int retired_holds_file(registry *r, const file_identity *id)
  * does not hand back its cached view of the old contents. Lock held. */
 static int wait_same_file_closed_locked(registry *r, const file_identity *id)
 {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += REGISTRY_DRAIN_SECONDS;
-    while (retired_holds_file(r, id))
-        if (pthread_cond_timedwait(&r->released, &r->lock, &deadline) == ETIMEDOUT)
-            return CELLAR_EUNAVAILABLE;
-    return 0;
+    return wait_released_locked(r, retired_holds_file, id);
 }
 
-static int retired_holds_targets(registry *r, const ext_targets *ext)
+static int retired_holds_targets(registry *r, const void *ext)
 {
     for (store *s = r->retired; s; s = s->next_retired)
         if (ext_targets_stale_for(s->ext, ext))
@@ -735,13 +744,7 @@ static int wait_targets_closed_locked(registry *r, const ext_targets *ext, store
         }
         i++;
     }
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += REGISTRY_DRAIN_SECONDS;
-    while (retired_holds_targets(r, ext))
-        if (pthread_cond_timedwait(&r->released, &r->lock, &deadline) == ETIMEDOUT)
-            return CELLAR_EUNAVAILABLE;
-    return 0;
+    return wait_released_locked(r, retired_holds_targets, ext);
 }
 
 /* Takes a reference on the current version of name when it still has this
