@@ -2470,6 +2470,106 @@ int h5_zarr_chunk(node *n, const int64_t *cidx, h5_chunk_bytes *out, cellar_erro
     return 0;
 }
 
+/* The chunks of dataset n that a read of j touches (those that meet the box
+ * around its selection), checked with h5d_scaleoffset_ok before libhdf5
+ * decodes them, when the last filter of n's pipeline but Fletcher-32's is
+ * scale-offset (else the stored bytes are not that filter's: unchecked).
+ * CELLAR_EFORMAT for a chunk that fails, CELLAR_ENOMEM. */
+static int scaleoffset_check(const node *n, const h5_node *h, const read_job *j, cellar_error *err)
+{
+    hid_t dcpl = H5Dget_create_plist(h->obj);
+    if (dcpl < 0)
+        return 0;
+    int nf = H5Pget_nfilters(dcpl), found = 0, checkable = 0;
+    size_t trailer = 0;
+    for (int i = 0; i < nf; i++) {
+        unsigned flags = 0;
+        size_t ncd = 0;
+        H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, NULL, 0, NULL, NULL);
+        if (id == H5Z_FILTER_SCALEOFFSET) {
+            found = checkable = 1;
+            trailer = 0;
+        } else if (found && id == H5Z_FILTER_FLETCHER32) {
+            trailer += 4;
+        } else if (found) {
+            checkable = 0;
+        }
+    }
+    hsize_t cdims[NODE_MAX_DIMS];
+    int ok = checkable && j->ndim > 0 && H5Pget_layout(dcpl) == H5D_CHUNKED &&
+             H5Pget_chunk(dcpl, NODE_MAX_DIMS, cdims) == j->ndim;
+    H5Pclose(dcpl);
+    size_t size = H5Tget_size(h->ftype);
+    if (!ok || size == 0)
+        return 0;
+    int64_t lo[NODE_MAX_DIMS], hi[NODE_MAX_DIMS], at[NODE_MAX_DIMS];
+    uint64_t n_items = 1;
+    for (int d = 0; d < j->ndim; d++) {
+        const dim_plan *p = &j->plan[d];
+        if (p->nuniq == 0 || p->nblocks == 0 || cdims[d] == 0)
+            return 0;
+        lo[d] = INT64_MAX;
+        hi[d] = -1;
+        for (size_t b = 0; b < p->nblocks; b++) {
+            int64_t first = (int64_t)p->bstart[b];
+            int64_t last = first + (int64_t)(p->bcount[b] - 1) * (int64_t)p->bstride[b];
+            lo[d] = first < lo[d] ? first : lo[d];
+            hi[d] = last > hi[d] ? last : hi[d];
+        }
+        lo[d] /= (int64_t)cdims[d];
+        hi[d] /= (int64_t)cdims[d];
+        at[d] = lo[d];
+        if (n_items > UINT64_MAX / cdims[d])
+            return cellar_fail(err, CELLAR_EFORMAT, "the chunks of '%s' are impossibly large", n->path);
+        n_items *= cdims[d];
+    }
+    if (n_items > (UINT64_MAX - 64) / size)
+        return cellar_fail(err, CELLAR_EFORMAT, "the chunks of '%s' are impossibly large", n->path);
+    uint64_t most = 21 + n_items * size + trailer; /* what the filter writes at most */
+    uint8_t *b = NULL;
+    int rc = 0;
+    for (;;) {
+        hsize_t off[NODE_MAX_DIMS];
+        for (int d = 0; d < j->ndim; d++)
+            off[d] = (hsize_t)at[d] * cdims[d];
+        hsize_t stored = 0;
+        uint32_t mask = 0;
+        if (H5Dget_chunk_storage_size(h->obj, off, &stored) >= 0 && stored > 0) {
+            if (stored > most || stored < trailer) {
+                rc = cellar_fail(err, CELLAR_EFORMAT, "a scale-offset chunk of '%s' has an impossible size",
+                                 n->path);
+                break;
+            }
+            free(b);
+            b = malloc((size_t)stored);
+            if (!b) {
+                rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", n->path);
+                break;
+            }
+            if (H5Dread_chunk(h->obj, H5P_DEFAULT, off, &mask, b) < 0) {
+                rc = h5_fail(err, CELLAR_EFORMAT, "reading a chunk of '%s' failed", n->path);
+                break;
+            }
+            if (!h5d_scaleoffset_ok(b, (size_t)(stored - trailer), n_items, size)) {
+                rc = cellar_fail(err, CELLAR_EFORMAT,
+                                 "a chunk of '%s' is corrupt: its scale-offset header does not match "
+                                 "its bytes", n->path);
+                break;
+            }
+        }
+        int d = j->ndim - 1;
+        while (d >= 0 && at[d] == hi[d]) {
+            at[d] = lo[d];
+            d--;
+        }
+        if (d < 0)
+            break;
+        at[d]++;
+    }
+    free(b);
+    return rc;
+}
+
 static int h5_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cellar_error *err)
 {
     h5_quiet();
@@ -2483,6 +2583,8 @@ static int h5_read(node *n, const dim_sel *sel, void *out, size_t out_bytes, cel
     if (rc <= 0)
         goto normalize;
     rc = read_job_init(&j, n, sel, es, err);
+    if (!rc)
+        rc = scaleoffset_check(n, h, &j, err);
     if (rc)
         goto done;
     if (j.ndim == 0) {

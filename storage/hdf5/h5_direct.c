@@ -1100,3 +1100,19 @@ done:
     free(b1);
     return rc;
 }
+
+int h5d_scaleoffset_ok(const uint8_t *chunk, size_t len, uint64_t n, size_t size)
+{
+    enum { HEADER = 21 }; /* H5Zscaleoffset.c: buf_offset */
+    if (len < HEADER || size == 0 || size > 8)
+        return 0;
+    uint32_t minbits = (uint32_t)chunk[0] | (uint32_t)chunk[1] << 8 | (uint32_t)chunk[2] << 16 |
+                       (uint32_t)chunk[3] << 24;
+    if (minbits > 8 * size)
+        return 0;
+    /* n * minbits bits, overflow-checked: n * 64 must fit */
+    if (n > UINT64_MAX / 64)
+        return 0;
+    uint64_t packed = minbits == 8 * size ? n * size : (n * minbits + 7) / 8;
+    return packed <= (uint64_t)(len - HEADER);
+}

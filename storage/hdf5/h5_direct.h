@@ -134,6 +134,15 @@ typedef struct h5d_stored {
 int h5d_chunk_stored(const h5d_plan *p, h5d_fetch_fn fetch, void *fetch_ctx, const int64_t *cidx,
                      h5d_stored *out, const char *what, cellar_error *err);
 
+/* Whether a chunk of n elements of size bytes each, as the scale-offset
+ * filter (H5Z_FILTER_SCALEOFFSET) left it (len bytes), is one that filter
+ * wrote: its header (minbits, a 4-byte little-endian count of bits per
+ * value, at most 8 * size; the size of minval; minval: 21 bytes in all)
+ * and as many packed bytes as minbits says.  libhdf5 1.10 decodes such a
+ * chunk without these checks (minbits is only asserted), so a corrupt one
+ * reads as made-up values or past the chunk's end. */
+int h5d_scaleoffset_ok(const uint8_t *chunk, size_t len, uint64_t n, size_t size);
+
 /* Decodes a whole chunk found by h5d_chunk_stored (the fill value when not
  * allocated) into out (h5d_plan_chunk_bytes(p) bytes), in the stored byte
  * order.  fd is the file (pread only).  Errors as h5d_read. */

@@ -208,18 +208,32 @@ def write_many_chunks(path: Path) -> None:
         f.create_dataset("beyond", data=np.arange(70000, dtype=np.int32) % 1000, chunks=(1,))
 
 
+# A filter id no library registers (the range of ids for testing,
+# https://support.hdfgroup.org/services/contributions.html).
+UNKNOWN_FILTER = 32700
+
+
 def write_broken(path: Path) -> None:
-    """An LZF dataset, a shuffled one and a gzip one whose first chunk is
-    overwritten with garbage after the file was written."""
+    """An LZF dataset, a shuffled one, a Fletcher-32 one and a scale-offset
+    one whose first chunk is overwritten with garbage after the file was
+    written, and one whose chunks went through a filter nobody knows."""
     rng = np.random.default_rng(SEED)
     values = np.arange(400) % 5 * 1.5  # compressible: LZF keeps it compressed
     with h5py.File(path, "w") as f:
         f.create_dataset("lzf", data=values, chunks=(100,), compression="lzf")
         f.create_dataset("shuffle_gzip", data=values, chunks=(100,), shuffle=True, compression="gzip")
         f.create_dataset("fletcher", data=values, chunks=(100,), fletcher32=True)
+        f.create_dataset("scaleoffset", data=np.arange(400, dtype=np.int32) % 97, chunks=(100,), scaleoffset=0)
         f.create_dataset("fine", data=np.arange(10))
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk((100,))
+        dcpl.set_filter(UNKNOWN_FILTER, h5py.h5z.FLAG_OPTIONAL)
+        unknown = h5py.h5d.create(f.id, b"unknown_filter", h5py.h5t.STD_I32LE,
+                                  h5py.h5s.create_simple((200,)), dcpl=dcpl)
+        for i in range(2):  # as if the filter had run (filter mask 0)
+            unknown.write_direct_chunk((i * 100,), np.arange(i * 100, i * 100 + 100, dtype="<i4").tobytes())
         offsets = {k: (f[k].id.get_chunk_info(0).byte_offset, f[k].id.get_chunk_info(0).size)
-                   for k in ("lzf", "shuffle_gzip", "fletcher")}
+                   for k in ("lzf", "shuffle_gzip", "fletcher", "scaleoffset")}
         assert all(f[k].id.get_chunk_info(0).filter_mask == 0 for k in offsets)
     with open(path, "r+b") as fh:
         for off, size in offsets.values():

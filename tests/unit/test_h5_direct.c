@@ -1182,3 +1182,31 @@ void test_h5_direct_whole_chunks(void)
     h5d_plan_free(p);
     close(fd);
 }
+
+/* Scale-offset chunks (h5d_scaleoffset_ok): a header of 21 bytes (minbits,
+ * 4 bytes little-endian; the size of minval; minval) and the packed values.
+ * minbits past the type's bits, a chunk shorter than its header or than
+ * the bytes minbits packs, and a full-precision chunk short of n * size
+ * are refused; 0 bits (every value minval) needs no packed bytes. */
+void test_h5_direct_scaleoffset_header(void)
+{
+    uint8_t c[21 + 400];
+    memset(c, 0, sizeof c);
+    c[4] = 8;
+    c[0] = 7; /* 100 values of 7 bits: 88 bytes */
+    CHECK_EQ(h5d_scaleoffset_ok(c, 21 + 88, 100, 4), 1);
+    CHECK_EQ(h5d_scaleoffset_ok(c, 21 + 87, 100, 4), 0);
+    c[0] = 0;
+    CHECK_EQ(h5d_scaleoffset_ok(c, 21, 100, 4), 1);
+    CHECK_EQ(h5d_scaleoffset_ok(c, 20, 100, 4), 0);
+    c[0] = 32; /* full precision: the values as they are */
+    CHECK_EQ(h5d_scaleoffset_ok(c, 21 + 400, 100, 4), 1);
+    CHECK_EQ(h5d_scaleoffset_ok(c, 21 + 399, 100, 4), 0);
+    c[0] = 33;
+    CHECK_EQ(h5d_scaleoffset_ok(c, sizeof c, 100, 4), 0);
+    c[0] = 0x4d, c[1] = 0x2f, c[2] = 0x2c, c[3] = 0x85; /* the corrupt chunk of test_zarr_view */
+    CHECK_EQ(h5d_scaleoffset_ok(c, sizeof c, 100, 4), 0);
+    c[0] = 8, c[1] = c[2] = c[3] = 0;
+    CHECK_EQ(h5d_scaleoffset_ok(c, sizeof c, UINT64_MAX / 2, 4), 0); /* n * minbits overflows */
+    CHECK_EQ(h5d_scaleoffset_ok(c, sizeof c, 100, 0), 0);
+}
