@@ -33,7 +33,7 @@ pytestmark = pytest.mark.timeout(300)
 AD_STORES = ["ad.h5ad", "ad_gzip.h5ad", "ad_lzf.h5ad", "ad_csc.h5ad", "ad_csr.h5ad", "empty.h5ad"]
 ALL_STORES = AD_STORES + ["mu.h5mu", "td.h5td", "exotic.h5"]
 LEFT_OUT = {"left_out/compound": "compound", "left_out/opaque": "opaque",
-            "left_out/reference": "reference"}
+            "left_out/reference": "reference", "left_out/compound_2d": "compound"}
 
 
 @pytest.fixture(scope="module")
@@ -179,8 +179,9 @@ def test_every_array_equals_h5py(vserver, vroot, store, consolidated):
 
 
 def test_left_out_types_are_missing_with_a_reason(vserver, vroot):
-    """Compound, opaque and reference datasets are not listed, and their keys
-    are 404 with a detail naming the type; their siblings stay."""
+    """Compounds zarr cannot hold (a reference field; records of two
+    dimensions), opaque and reference datasets are not listed, and their
+    keys are 404 with a detail naming the type; their siblings stay."""
     remote = open_remote(vserver, "exotic.h5")
     assert sorted(remote["left_out"].keys()) == ["kept"]
     for path, kind in LEFT_OUT.items():
@@ -188,6 +189,8 @@ def test_left_out_types_are_missing_with_a_reason(vserver, vroot):
             body = assert_problem(vserver.get(key_path("exotic.h5", f"{path}/{k}")), 404)
             assert f"HDF5 {kind} dataset" in body["detail"], body
             assert "zarr cannot express" in body["detail"], body
+    body = assert_problem(vserver.get(key_path("exotic.h5", "left_out/compound_2d/0.0")), 404)
+    assert "of 2 dimensions" in body["detail"], body
     # a name zarr cannot hold (a leading dot) is left out as well
     assert ".hidden" not in remote["names with space, comma é"].keys()
     assert vserver.get(key_path("exotic.h5", "left_out/kept/0")).status_code == 200

@@ -187,6 +187,8 @@ def write_exotic(path: Path) -> None:
         names.create_dataset(".hidden", data=np.arange(2))  # no zarr name: left out
         out = f.create_group("left_out")
         out.create_dataset("compound", data=np.array([(1, None)], dtype=[("a", "i4"), ("r", h5py.ref_dtype)]))
+        # records of plain fields, but in two dimensions: no zarr v2 structured array
+        out.create_dataset("compound_2d", data=np.zeros((2, 3), dtype=[("a", "<i4"), ("b", "<f8")]))
         f["types"].create_dataset("records", data=np.array([(1, 2.5, b"ab"), (-3, 0.0, b"xyz")],
                                                            dtype=[("a", "<i4"), ("b", "<f8"), ("s", "S3")]))
         out.create_dataset("opaque", data=np.void(b"\x01\x02\x03"))
