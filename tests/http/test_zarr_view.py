@@ -10,6 +10,7 @@ filter pipeline, and the types the view leaves out)."""
 from __future__ import annotations
 
 import json
+import re
 import warnings
 import zlib
 from pathlib import Path
@@ -329,7 +330,7 @@ def test_many_chunks(vserver, vroot):
     assert np.frombuffer(_chunk(vserver, "many_chunks.h5", "beyond/65537"), "<i4").tolist() == [537]
 
 
-def test_zmetadata_is_built_once_and_consolidates_every_document(vserver):
+def test_zmetadata_consolidates_every_document(vserver):
     r = vserver.get(key_path("ad.h5ad", ".zmetadata"))
     assert r.status_code == 200 and r.headers["Content-Type"] == "application/json"
     md = r.json()["metadata"]
@@ -342,6 +343,32 @@ def test_zmetadata_is_built_once_and_consolidates_every_document(vserver):
     assert again.content == r.content and again.headers["ETag"] == r.headers["ETag"]
     assert vserver.get(key_path("ad.h5ad", ".zmetadata"),
                        _headers={"If-None-Match": r.headers["ETag"]}).status_code == 304
+
+
+def _cache_bytes(server) -> int:
+    m = re.search(r"^cellar_cache_bytes (\d+)$", server.get("/metrics").text, re.M)
+    assert m, "cellar_cache_bytes not in /metrics"
+    return int(m.group(1))
+
+
+def test_zmetadata_is_built_once_per_store_version(server_factory, vroot):
+    """With the answer cache off, the first .zmetadata of a store version is
+    built and kept with the version (cellar_cache_bytes, the bytes of its
+    derived structures, grows by at least its size); asking again builds
+    nothing more."""
+    s = server_factory(vroot, "--answer-cache-bytes", "0")
+    path = key_path("ad.h5ad", ".zmetadata")
+    assert s.get(key_path("ad.h5ad", ".zgroup")).status_code == 200  # the view itself
+    before = _cache_bytes(s)
+    first = s.get(path)
+    assert first.status_code == 200
+    built = _cache_bytes(s)
+    assert built - before >= len(first.content), (before, built, len(first.content))
+    for _ in range(3):
+        again = s.get(path)
+        assert again.content == first.content
+        assert s.head(path).status_code == 200
+    assert _cache_bytes(s) == built
 
 
 def test_directory_index(vserver):
