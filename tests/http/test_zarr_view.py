@@ -515,14 +515,16 @@ def test_trees_are_treedatas_columnar_zarr_layout(vserver, vroot, tmp_path):
 # string array.
 OBS_INDEX = ("obs/_index/values" if tuple(int(x) for x in __import__("anndata").__version__.split(".")[:2]) >= (0, 13)
              else "obs/_index")
-HTTP_KEYS = [("exotic.h5", "layouts/contiguous_1d/1"), ("exotic.h5", "layouts/gzip/0.0"),
-             ("ad.h5ad", OBS_INDEX + "/0"), ("ad.h5ad", "obs/cat/codes/.zarray"),
-             ("ad.h5ad", ".zmetadata"), ("td.h5td", "obst/tree1/nodes/0")]
+# and keys of zarr-csc/: a chunk made from the column index, a document
+HTTP_KEYS = [("exotic.h5", "layouts/contiguous_1d/1", "zarr"), ("exotic.h5", "layouts/gzip/0.0", "zarr"),
+             ("ad.h5ad", OBS_INDEX + "/0", "zarr"), ("ad.h5ad", "obs/cat/codes/.zarray", "zarr"),
+             ("ad.h5ad", ".zmetadata", "zarr"), ("td.h5td", "obst/tree1/nodes/0", "zarr"),
+             ("ad_csr.h5ad", "X/indices/0", "zarr-csc"), ("ad_csr.h5ad", "X/.zattrs", "zarr-csc")]
 
 
-@pytest.mark.parametrize("store,key", HTTP_KEYS)
-def test_head_range_and_validators_as_on_zarr_keys(vserver, store, key):
-    path = key_path(store, key)
+@pytest.mark.parametrize("store,key,prefix", HTTP_KEYS)
+def test_head_range_and_validators_as_on_zarr_keys(vserver, store, key, prefix):
+    path = key_path(store, key, prefix)
     r = vserver.get(path, _headers={"Accept-Encoding": "gzip, zstd"})
     assert r.status_code == 200
     if key != ".zmetadata":  # keys are never re-encoded; a built .zmetadata may be, as on .zarr stores
@@ -562,8 +564,9 @@ def test_head_range_and_validators_as_on_zarr_keys(vserver, store, key):
     assert fresh.status_code == 206 and fresh.content == body[:4]
 
 
-def test_cors_and_methods_as_on_zarr_keys(vserver):
-    path = key_path("ad.h5ad", "obs/cat/codes/0")
+@pytest.mark.parametrize("prefix", ["zarr", "zarr-csc"])
+def test_cors_and_methods_as_on_zarr_keys(vserver, prefix):
+    path = key_path("ad_csr.h5ad", "X/indptr/0" if prefix == "zarr-csc" else "obs/cat/codes/0", prefix)
     r = vserver.get(path, _headers={"Origin": "http://viewer.example"})
     assert r.headers["Access-Control-Allow-Origin"] == "*"
     pre = vserver.options(path, _headers={"Origin": "http://viewer.example",
