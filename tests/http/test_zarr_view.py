@@ -681,22 +681,37 @@ def test_anndata_reads_zarr_csc_as_csc(vserver, vroot, store):
 
 
 def test_zarr_csc_reads_one_gene_with_small_range_reads(vserver, vroot):
-    """A Vitessce-style gene read: indptr, then the gene's range of indices
-    and data, touching one or two small chunks of each, not the matrix."""
+    """A Vitessce-style gene read of genes.h5ad (a CSR X whose CSC data and
+    indices span many chunks): indptr, then the gene's range of indices and
+    data; the chunks fetched are exactly those of the gene's slice, a small
+    part of the matrix's."""
     import anndata as ad
-    remote = open_remote(vserver, "ad_csr.h5ad", prefix="zarr-csc")
-    exp = ad.read_h5ad(vroot / "ad_csr.h5ad").X.tocsc()
+    store = "genes.h5ad"
+    remote = open_remote(vserver, store, prefix="zarr-csc")
+    exp = ad.read_h5ad(vroot / store).X.tocsc()
+    g = V.GENES_SHAPE[1] // 2 + 1
+    lo, hi = int(exp.indptr[g]), int(exp.indptr[g + 1])
+    grids = {}
+    for part in ("data", "indices"):
+        meta = vserver.get(key_path(store, f"X/{part}/.zarray", "zarr-csc")).json()
+        assert meta["shape"] == [exp.nnz]
+        grids[part] = (meta["chunks"][0], -(-exp.nnz // meta["chunks"][0]))
+        assert grids[part][1] >= 8, (part, meta)  # the matrix is many chunks
     offset = vserver.log_offset()
     indptr = remote["X/indptr"][...]
-    g = 3
-    a, b = int(indptr[g]), int(indptr[g + 1])
-    rows = remote["X/indices"][a:b]
-    vals = remote["X/data"][a:b]
-    np.testing.assert_array_equal(rows, exp.indices[exp.indptr[g]:exp.indptr[g + 1]])
-    np.testing.assert_array_equal(vals, exp.data[exp.indptr[g]:exp.indptr[g + 1]])
-    gets = [ln for ln in vserver.log_lines_since(offset) if ln.startswith("GET ") and "/zarr-csc/X/" in ln]
+    assert (int(indptr[g]), int(indptr[g + 1])) == (lo, hi)
+    np.testing.assert_array_equal(remote["X/indices"][lo:hi], exp.indices[lo:hi])
+    np.testing.assert_array_equal(remote["X/data"][lo:hi], exp.data[lo:hi])
+    gets = [ln for ln in vserver.log_lines_since(offset)
+            if ln.startswith("GET ") and not ln.startswith("GET /healthz ")]
     assert gets and all(" 200 " in ln for ln in gets), gets
-    assert len(gets) <= 5, gets
+    paths = [ln.split()[1] for ln in gets]
+    prefix = store_path(store) + "/zarr-csc/X/"
+    assert all(p.startswith(prefix) for p in paths), paths
+    for part, (chunk, count) in grids.items():
+        read = {p[len(prefix + part) + 1:] for p in paths if p.startswith(f"{prefix}{part}/")}
+        assert read == {str(i) for i in range(lo // chunk, (hi - 1) // chunk + 1)}, (part, read)
+        assert len(read) <= count / 4, (part, read, count)
 
 
 def test_zarr_csc_on_zarr_stores_and_missing_keys(vserver, vroot, tmp_path):

@@ -69,6 +69,18 @@ def write_anndata(root: Path) -> None:
     e = ad.AnnData(obs=pd.DataFrame(index=pd.Index([], dtype=object)),
                    var=pd.DataFrame({"g": [1, 2]}, index=["a", "b"]))
     e.write_h5ad(root / "empty.h5ad")
+    write_genes(root / "genes.h5ad")
+
+
+# a CSR matrix whose CSC view (256 KiB chunks: 65536 values of data and
+# indices) spans many chunks, each gene's column a slice of one or two
+GENES_SHAPE = (12000, 100)
+
+
+def write_genes(path: Path) -> None:
+    x = sp.random(*GENES_SHAPE, density=0.5, format="csr", dtype=np.float32, random_state=5)
+    ad.AnnData(X=x).write_h5ad(path)
+
 
 
 def write_mudata(root: Path) -> None:
