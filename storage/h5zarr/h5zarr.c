@@ -537,6 +537,16 @@ int h5zarr_explain_missing(node *root, const char *key, cellar_error *err)
                              key, store_name(v->s), next.why);
             break;
         }
+        const char *what = NULL, *name = NULL;
+        if (next.kind == VK_NONE &&
+            (cur.src == VS_TREES || cur.src == VS_TREE || cur.src == VS_TREE_ATTRS) &&
+            (name = h5zt_left_out(&cur, key + (seg[i] - copy), &what)) != NULL) {
+            rc = cellar_fail(err, CELLAR_ENOTFOUND,
+                             "no key '%.300s' in the zarr view of '%.300s': the %s '%.300s' is left "
+                             "out, zarr cannot take its name (a '/', a '\\' or a leading '.')",
+                             key, store_name(v->s), what, name);
+            break;
+        }
         cur = next;
     }
     free(copy);

@@ -153,6 +153,12 @@ json_t *h5zt_attrs(const vnode *v);
 int h5zt_chunk(const vnode *v, const int64_t *cidx, uint64_t max_bytes, vchunk *out,
                cellar_error *err);
 
+/* For the rest of a key below parent (a node of the overlay, '/' kept) that
+ * names, or lies under, a tree or attribute key the view left out because
+ * zarr does not take its name: that key (borrowed from the forest), *what
+ * saying which ("tree", "node attribute", "edge attribute"); else NULL. */
+const char *h5zt_left_out(const vnode *parent, const char *rest, const char **what);
+
 /* ---- the CSC overlay (h5zarr_csc.c) ---- */
 
 /* Whether the HDF5 group n is shown as a CSC matrix (a CSR matrix, in a

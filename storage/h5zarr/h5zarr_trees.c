@@ -16,7 +16,8 @@
  * The trees come from storage/trees/ (trees_get: parsed once per store
  * version); the columns are made from them once per version too and kept
  * (a derived structure), texts borrowed from the tree indexes.  Trees and
- * attribute keys whose names zarr does not take are left out. */
+ * attribute keys whose names zarr does not take are left out (and
+ * remembered, so that their keys are 404 with a reason). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,12 +44,16 @@ typedef struct vtree {
     varray ids[2];        /* nodes, edges */
     vcolumn *cols[2];     /* node and edge attribute columns */
     size_t ncols[2];
+    const char **left_out[2]; /* attribute keys zarr does not take */
+    size_t nleft_out[2];
 } vtree;
 
 struct h5zarr_forest {
     int unreadable;       /* the trees cannot be read: the dataset is shown as it is */
     vtree *trees;
     size_t n;
+    const char **left_out;/* tree keys zarr does not take (borrowed from the trees) */
+    size_t nleft_out;
     arena *a;             /* names and texts made here */
 };
 
@@ -191,11 +196,17 @@ static int build_side(vtree *vt, int side, arena *a)
             goto done;
     }
     vt->cols[side] = arena_calloc(a, sc.nkeys ? sc.nkeys : 1, sizeof *vt->cols[side]);
-    if (!vt->cols[side])
+    vt->left_out[side] = arena_calloc(a, sc.nkeys ? sc.nkeys : 1, sizeof *vt->left_out[side]);
+    if (!vt->cols[side] || !vt->left_out[side])
         goto done;
     for (size_t k = 0; k < sc.nkeys; k++) {
-        if (!valid_name(sc.keys[k].name))
+        if (!valid_name(sc.keys[k].name)) {
+            const char *name = arena_strdup(a, sc.keys[k].name);
+            if (!name)
+                goto done;
+            vt->left_out[side][vt->nleft_out[side]++] = name;
             continue;
+        }
         vcolumn *c = &vt->cols[side][vt->ncols[side]++];
         c->name = arena_strdup(a, sc.keys[k].name);
         if (!c->name || fill_column(c, &sc, &sc.keys[k], n, a))
@@ -287,14 +298,17 @@ static int forest_build(void *ctx, void **value, size_t *bytes, cellar_error *er
     size_t count = tree_forest_count(tl->forest);
     f->a = arena_new();
     f->trees = calloc(count ? count : 1, sizeof *f->trees);
-    if (!f->a || !f->trees) {
+    f->left_out = f->a ? arena_calloc(f->a, count ? count : 1, sizeof *f->left_out) : NULL;
+    if (!f->a || !f->trees || !f->left_out) {
         forest_free(f);
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < count; i++) {
         const char *key = tree_forest_key(tl->forest, i);
-        if (!valid_name(key))
+        if (!valid_name(key)) {
+            f->left_out[f->nleft_out++] = key;
             continue;
+        }
         if (build_tree(&f->trees[f->n], key, tree_forest_tree(tl->forest, i), f->a)) {
             f->n++;
             forest_free(f);
@@ -414,6 +428,49 @@ int h5zt_child(const vnode *parent, const char *name, vnode *out)
         }
     }
     return 0;
+}
+
+/* Whether rest is name or lies under it. */
+static int names_or_under(const char *rest, const char *name)
+{
+    size_t n = strlen(name);
+    return !strncmp(rest, name, n) && (rest[n] == '\0' || rest[n] == '/');
+}
+
+static const char *left_out_of(const char *const *names, size_t n, const char *rest)
+{
+    for (size_t i = 0; i < n; i++)
+        if (names_or_under(rest, names[i]))
+            return names[i];
+    return NULL;
+}
+
+const char *h5zt_left_out(const vnode *parent, const char *rest, const char **what)
+{
+    static const char *const SIDE_WHAT[2] = {"node attribute", "edge attribute"};
+    const struct h5zarr_forest *f = parent->forest;
+    if (parent->src == VS_TREES) {
+        *what = "tree";
+        return left_out_of(f->left_out, f->nleft_out, rest);
+    }
+    const vtree *vt = &f->trees[parent->tree];
+    for (int s = 0; s < 2; s++) {
+        const char *under = rest;
+        if (parent->src == VS_TREE) {
+            size_t g = strlen(SIDE_GROUP[s]);
+            if (strncmp(rest, SIDE_GROUP[s], g) || rest[g] != '/')
+                continue;
+            under = rest + g + 1;
+        } else if (parent->src != VS_TREE_ATTRS || parent->edges != s) {
+            continue;
+        }
+        const char *name = left_out_of(vt->left_out[s], vt->nleft_out[s], under);
+        if (name) {
+            *what = SIDE_WHAT[s];
+            return name;
+        }
+    }
+    return NULL;
 }
 
 json_t *h5zt_attrs(const vnode *v)

@@ -32,7 +32,8 @@ from conftest import assert_problem, store_path, zarrita_read
 pytestmark = pytest.mark.timeout(300)
 
 AD_STORES = ["ad.h5ad", "ad_gzip.h5ad", "ad_lzf.h5ad", "ad_csc.h5ad", "ad_csr.h5ad", "empty.h5ad"]
-ALL_STORES = AD_STORES + ["mu.h5mu", "td.h5td", "exotic.h5"]
+TD_STORES = ["td.h5td"]
+ALL_STORES = AD_STORES + ["mu.h5mu"] + TD_STORES + ["exotic.h5"]
 LEFT_OUT = {"left_out/compound": "compound", "left_out/opaque": "opaque",
             "left_out/reference": "reference", "left_out/compound_2d": "compound"}
 
@@ -161,7 +162,7 @@ def test_every_array_equals_h5py(vserver, vroot, store, consolidated):
     exp_arrays, exp_groups, left = h5_tree(vroot / store)
     remote = open_remote(vserver, store, consolidated)
     got_arrays, got_groups = zarr_tree(remote)
-    if store == "td.h5td":  # obst/vart become groups of the columnar tree layout
+    if store in TD_STORES:  # obst/vart become groups of the columnar tree layout
         exp_arrays = {k: v for k, v in exp_arrays.items() if k not in ("obst", "vart")}
         got_arrays = {k: v for k, v in got_arrays.items() if not k.startswith(("obst", "vart"))}
         got_groups = {k for k in got_groups if not k.startswith(("obst", "vart"))}
@@ -449,13 +450,57 @@ def test_unknown_filter_is_422_naming_it(vserver):
 
 
 # ------------------------------------------------------------ TreeData's trees
-def test_treedata_read_zarr_equals_read_h5td(vserver, vroot):
+def _zarr_takes(name: str) -> bool:
+    """Whether zarr takes name for a node (treedata.write_zarr refuses a '/')."""
+    return bool(name) and not name.startswith(".") and "/" not in name and "\\" not in name
+
+
+def zarr_nameable(t):
+    """TreeData t without the trees and attribute keys whose names zarr does
+    not take (the view leaves them out; label's obs column made again from
+    the trees kept), and what was left out: (axis, tree) and (axis, tree,
+    "node" or "edge", key)."""
+    import treedata as td
+    dropped, trees = set(), {}
+    for axis in ("obst", "vart"):
+        trees[axis] = {}
+        for key, g in getattr(t, axis).items():
+            if not _zarr_takes(key):
+                dropped.add((axis, key))
+                continue
+            g = g.copy()
+            for side, items in (("node", g.nodes), ("edge", g.edges)):
+                for el in items:
+                    for k in [k for k in items[el] if not _zarr_takes(k)]:
+                        del items[el][k]
+                        dropped.add((axis, key, side, k))
+            trees[axis][key] = g
+    obs = t.obs.drop(columns=[t.label]) if t.label in t.obs else t.obs
+    kept = td.TreeData(X=t.X, obs=obs, var=t.var, layers=dict(t.layers), obst=trees["obst"], vart=trees["vart"],
+                       label=t.label, alignment=t.alignment, allow_overlap=t.allow_overlap)
+    return kept, dropped
+
+
+SLASH_LEFT_OUT = {("obst", V.SLASH_TREE), ("obst", "tree1", "node", V.SLASH_NODE_ATTR)}
+
+
+@pytest.mark.parametrize("store", TD_STORES)
+def test_treedata_read_zarr_equals_read_h5td(vserver, vroot, store):
+    """treedata.read_zarr of the view equals read_h5td of the file (trees
+    in obst and vart; obs values with slashes), but for the tree and the
+    node attribute whose names hold a '/', which zarr cannot name: those are
+    left out (and the obs column of the label says so)."""
     import treedata as td
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        got = td.read_zarr(view_url(vserver, "td.h5td"))
-        exp = td.read_h5td(vroot / "td.h5td")
+        got = td.read_zarr(view_url(vserver, store))
+        exp, dropped = zarr_nameable(td.read_h5td(vroot / store))
+    assert dropped == SLASH_LEFT_OUT
+    assert len(exp.vart) == 1 and any("/" in v for v in exp.obs["path"]) and "genes/root" in exp.vart["genes"]
     np.testing.assert_array_equal(got.X, exp.X)
+    # (the layers' keys of anndata 0.13 list a None as well)
+    assert [k for k in got.layers if k is not None] == [k for k in exp.layers if k is not None] == ["above half"]
+    np.testing.assert_array_equal(got.layers["above half"], exp.layers["above half"])
     pd.testing.assert_frame_equal(got.obs, exp.obs)
     pd.testing.assert_frame_equal(got.var, exp.var)
     assert (got.label, got.alignment, got.allow_overlap) == (exp.label, exp.alignment, exp.allow_overlap)
@@ -468,17 +513,34 @@ def _texts(values) -> list:
     return [json.loads(v) if v != "" else "" for v in (str(x) for x in values)]
 
 
-def test_trees_are_treedatas_columnar_zarr_layout(vserver, vroot, tmp_path):
+def test_names_zarr_cannot_take_are_left_out_with_a_reason(vserver):
+    """The keys of a tree or a node attribute whose name holds a '/' are 404
+    with a detail naming what was left out and why; the rest of the tree
+    is served."""
+    for key, what in ((f"obst/{V.SLASH_TREE}/nodes/.zarray", f"tree '{V.SLASH_TREE}'"),
+                      (f"obst/{V.SLASH_TREE}/.zgroup", f"tree '{V.SLASH_TREE}'"),
+                      (f"obst/tree1/node_attrs/{V.SLASH_NODE_ATTR}/.zarray",
+                       f"node attribute '{V.SLASH_NODE_ATTR}'")):
+        body = assert_problem(vserver.get(key_path("td.h5td", key)), 404)
+        assert what in body["detail"] and "zarr cannot take its name" in body["detail"], body
+    assert vserver.get(key_path("td.h5td", "obst/tree1/node_attrs/depth/.zarray")).status_code == 200
+    assert_problem(vserver.get(key_path("td.h5td", "obst/lineage/.zgroup")), 404)
+
+
+@pytest.mark.parametrize("store", TD_STORES)
+def test_trees_are_treedatas_columnar_zarr_layout(vserver, vroot, tmp_path, store):
     """obst/vart of the view hold, key by key, what treedata writes to zarr
-    for the same TreeData: the groups, their attributes, the arrays, their
-    dtypes and values (attribute texts compared as the JSON they hold)."""
+    for the same TreeData (less the names zarr cannot take, which it refuses
+    to write): the groups, their attributes, the arrays, their dtypes and
+    values (attribute texts compared as the JSON they hold)."""
     import treedata as td
     import zarr
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        td.read_h5td(vroot / "td.h5td").write_zarr(tmp_path / "td.zarr")
+        zarr_nameable(td.read_h5td(vroot / store))[0].write_zarr(tmp_path / "td.zarr")
         here = zarr.open_group(tmp_path / "td.zarr", mode="r")
-    there = open_remote(vserver, "td.h5td")
+    there = open_remote(vserver, store)
+    assert list(here["vart"].keys()) == ["genes"]
     for axis in ("obst", "vart"):
         h_arrays, h_groups = zarr_tree(here[axis])
         t_arrays, t_groups = zarr_tree(there[axis])

@@ -87,6 +87,12 @@ def write_mudata(root: Path) -> None:
     W.make_multi_mdata().write_h5mu(root / "mu.h5mu")
 
 
+# names zarr cannot take (a '/' separates a key's parts), which the view
+# leaves out: a tree of obst and a node attribute of obst's tree1
+SLASH_TREE = "lineage/v2"
+SLASH_NODE_ATTR = "fate/score"
+
+
 def write_treedata(root: Path) -> None:
     rng = np.random.default_rng(SEED + 3)
     cells = [f"c{i}" for i in range(10)]
@@ -94,12 +100,22 @@ def write_treedata(root: Path) -> None:
     t1.nodes["n0"]["note"] = "a string"
     t1.nodes["c1"]["tags"] = [1, 2]
     t1.edges[next(iter(t1.edges))]["weird"] = None
+    for i, n in enumerate(t1.nodes):
+        t1.nodes[n][SLASH_NODE_ATTR] = i / 4
     t2 = nx.DiGraph()
     t2.add_edges_from([("root two", "c0"), ("root two", "c1")])
-    obs = pd.DataFrame({"clone": pd.Categorical(rng.choice(["A", "B"], 10))}, index=cells)
-    t = td.TreeData(X=rng.random((10, 3)).astype(np.float32), obs=obs,
-                    obst={"tree1": t1, "second tree": t2}, label="lineage", alignment="leaves",
-                    allow_overlap=True)
+    t3 = nx.DiGraph()
+    t3.add_edges_from([("r/3", "c2"), ("r/3", "c3")])
+    genes = W._tree("g", ["0", "1", "2"], SEED + 1)
+    genes = nx.relabel_nodes(genes, {n: "genes/root" for n, d in genes.in_degree() if d == 0})
+    genes.nodes["0"]["name"] = "gene a/b"
+    obs = pd.DataFrame({"clone": pd.Categorical(rng.choice(["A", "B"], 10)),
+                        "path": [f"dir {i % 3}/sub/{i}" for i in range(10)],
+                        "kind": pd.Categorical(rng.choice(["a/b", "c/d"], 10))}, index=cells)
+    x = rng.random((10, 3)).astype(np.float32)
+    t = td.TreeData(X=x, obs=obs, layers={"above half": (x > 0.5).astype(np.int64)},
+                    obst={"tree1": t1, "second tree": t2, SLASH_TREE: t3}, vart={"genes": genes},
+                    label="lineage", alignment="leaves", allow_overlap=True)
     t.write_h5td(root / "td.h5td")
 
 
