@@ -4,8 +4,8 @@ file, so zarr-python, anndata, mudata and treedata read it over HTTP as
 they read a converted .zarr, and every array equals what h5py reads.
 
 Fixtures: view_writers.py (anndata, mudata and treedata stores with
-default, gzip and LZF compression; h5py files with every dtype, layout and
-filter pipeline, and the types the view leaves out)."""
+default, gzip, gzip with shuffle and LZF compression; h5py files with every
+dtype, layout and filter pipeline, and the types the view leaves out)."""
 
 from __future__ import annotations
 
@@ -31,9 +31,11 @@ from conftest import assert_problem, store_path, zarrita_read
 # the 2-core machines (more under the sanitizers)
 pytestmark = pytest.mark.timeout(300)
 
-AD_STORES = ["ad.h5ad", "ad_gzip.h5ad", "ad_lzf.h5ad", "ad_csc.h5ad", "ad_csr.h5ad", "empty.h5ad"]
-TD_STORES = ["td.h5td"]
-ALL_STORES = AD_STORES + ["mu.h5mu"] + TD_STORES + ["exotic.h5"]
+AD_STORES = ["ad.h5ad", "ad_gzip.h5ad", "ad_lzf.h5ad", "ad_shuffle.h5ad", "ad_csc.h5ad", "ad_csr.h5ad",
+             "empty.h5ad"]
+MU_STORES = ["mu.h5mu", "mu_gzip.h5mu"]
+TD_STORES = ["td.h5td", "td_lzf.h5td"]
+ALL_STORES = AD_STORES + MU_STORES + TD_STORES + ["exotic.h5"]
 LEFT_OUT = {"left_out/compound": "compound", "left_out/opaque": "opaque",
             "left_out/reference": "reference", "left_out/compound_2d": "compound"}
 
@@ -398,12 +400,13 @@ def test_anndata_read_zarr_equals_read_h5ad(vserver, vroot, store):
     assert_adata_equal(got, exp)
 
 
-def test_mudata_read_zarr_equals_read_h5mu(vserver, vroot):
+@pytest.mark.parametrize("store", MU_STORES)
+def test_mudata_read_zarr_equals_read_h5mu(vserver, vroot, store):
     import mudata as md
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        got = md.read_zarr(view_url(vserver, "mu.h5mu"))
-        exp = md.read_h5mu(vroot / "mu.h5mu")
+        got = md.read_zarr(view_url(vserver, store))
+        exp = md.read_h5mu(vroot / store)
     assert list(got.mod) == list(exp.mod)
     pd.testing.assert_frame_equal(got.obs, exp.obs)
     pd.testing.assert_frame_equal(got.var, exp.var)
@@ -447,6 +450,22 @@ def test_unknown_filter_is_422_naming_it(vserver):
         assert "filter" in body["detail"] and "not registered" in body["detail"], body
     assert vserver.get(key_path("broken.h5", "fine/0")).status_code == 200
     assert vserver.alive()
+
+
+def test_compressed_fixtures_are_what_they_are_named(vroot):
+    """The stores of the equality tests above are compressed as named: every
+    chunked dataset of the gzip .h5mu deflated, of the LZF .h5td LZF, of the
+    shuffled .h5ad shuffled and deflated (and most datasets chunked)."""
+    for store, want in (("mu_gzip.h5mu", {"compression": "gzip"}), ("td_lzf.h5td", {"compression": "lzf"}),
+                        ("ad_shuffle.h5ad", {"compression": "gzip", "shuffle": True})):
+        seen = []
+        with h5py.File(vroot / store) as f:
+            f.visititems(lambda name, obj: seen.append((name, obj.chunks, obj.compression, obj.shuffle))
+                         if isinstance(obj, h5py.Dataset) else None)
+        chunked = [d for d in seen if d[1]]
+        assert len(chunked) > len(seen) / 2, (store, seen)
+        for name, _, compression, shuffle in chunked:
+            assert compression == want["compression"] and shuffle == want.get("shuffle", False), (store, name)
 
 
 # ------------------------------------------------------------ TreeData's trees

@@ -1,8 +1,9 @@
 """Fixtures of the zarr view of HDF5 stores (tests/http/test_zarr_view.py):
-stores written by anndata, mudata and treedata (default, gzip and LZF
-compression, CSR and CSC matrices, raw, nested uns, an empty frame with no
-X), and h5py files with every dtype, layout and filter pipeline the view
-maps, plus the types it leaves out."""
+stores written by anndata, mudata and treedata (default, gzip, gzip with
+shuffle and LZF compression, CSR and CSC matrices, raw, nested uns, an
+empty frame with no X, trees in obst and vart, names with slashes), and
+h5py files with every dtype, layout and filter pipeline the view maps, plus
+the types it leaves out."""
 
 from __future__ import annotations
 
@@ -69,6 +70,10 @@ def write_anndata(root: Path) -> None:
     e = ad.AnnData(obs=pd.DataFrame(index=pd.Index([], dtype=object)),
                    var=pd.DataFrame({"g": [1, 2]}, index=["a", "b"]))
     e.write_h5ad(root / "empty.h5ad")
+    # every dataset but the scalars shuffled and deflated (anndata's writer
+    # passes shuffle on to its scalars, which h5py refuses)
+    a.write_h5ad(root / "ad_shuffle.h5ad", compression="gzip", convert_strings_to_categoricals=False)
+    refilter(root / "ad_shuffle.h5ad", shuffle=True, compression="gzip")
     write_genes(root / "genes.h5ad")
 
 
@@ -82,9 +87,25 @@ def write_genes(path: Path) -> None:
     ad.AnnData(X=x).write_h5ad(path)
 
 
+def refilter(path: Path, **filters) -> None:
+    """Rewrites every chunked dataset of path with the h5py filters given
+    (same data, dtype, chunks and attributes)."""
+    with h5py.File(path, "r+") as f:
+        names = []
+        f.visititems(lambda name, obj: names.append(name)
+                     if isinstance(obj, h5py.Dataset) and obj.chunks else None)
+        for name in names:
+            old = f[name]
+            data, dtype, chunks, attrs = old[()], old.dtype, old.chunks, dict(old.attrs)
+            del f[name]
+            new = f.create_dataset(name, data=data, dtype=dtype, chunks=chunks, **filters)
+            new.attrs.update(attrs)
+
 
 def write_mudata(root: Path) -> None:
-    W.make_multi_mdata().write_h5mu(root / "mu.h5mu")
+    m = W.make_multi_mdata()
+    m.write_h5mu(root / "mu.h5mu")
+    m.write_h5mu(root / "mu_gzip.h5mu", compression="gzip")
 
 
 # names zarr cannot take (a '/' separates a key's parts), which the view
@@ -117,6 +138,7 @@ def write_treedata(root: Path) -> None:
                     obst={"tree1": t1, "second tree": t2, SLASH_TREE: t3}, vart={"genes": genes},
                     label="lineage", alignment="leaves", allow_overlap=True)
     t.write_h5td(root / "td.h5td")
+    t.write_h5td(root / "td_lzf.h5td", compression="lzf")
 
 
 # ------------------------------------------------------------ h5py files
