@@ -105,6 +105,9 @@ typedef struct h5_node {
     int dlock_init;
     atomic_int dstate; /* DIRECT_*; READY is published after plan */
     h5d_plan *plan;
+    /* datasets: whether reads check scale-offset chunks (scaleoffset_check):
+     * 0 not known yet, SO_NONE, or SO_CHECK (the pipeline asked each time) */
+    atomic_int so_state;
 } h5_node;
 
 static int h5_open_child(node *parent, const char *name, node **out, cellar_error *err);
@@ -2475,8 +2478,12 @@ int h5_zarr_chunk(node *n, const int64_t *cidx, h5_chunk_bytes *out, cellar_erro
  * decodes them, when the last filter of n's pipeline but Fletcher-32's is
  * scale-offset (else the stored bytes are not that filter's: unchecked).
  * CELLAR_EFORMAT for a chunk that fails, CELLAR_ENOMEM. */
-static int scaleoffset_check(const node *n, const h5_node *h, const read_job *j, cellar_error *err)
+enum { SO_NONE = 1, SO_CHECK = 2 };
+
+static int scaleoffset_check(const node *n, h5_node *h, const read_job *j, cellar_error *err)
 {
+    if (atomic_load(&h->so_state) == SO_NONE)
+        return 0;
     hid_t dcpl = H5Dget_create_plist(h->obj);
     if (dcpl < 0)
         return 0;
@@ -2500,6 +2507,7 @@ static int scaleoffset_check(const node *n, const h5_node *h, const read_job *j,
              H5Pget_chunk(dcpl, NODE_MAX_DIMS, cdims) == j->ndim;
     H5Pclose(dcpl);
     size_t size = H5Tget_size(h->ftype);
+    atomic_store(&h->so_state, ok && size ? SO_CHECK : SO_NONE);
     if (!ok || size == 0)
         return 0;
     int64_t lo[NODE_MAX_DIMS], hi[NODE_MAX_DIMS], at[NODE_MAX_DIMS];
