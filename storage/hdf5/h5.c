@@ -2473,12 +2473,13 @@ int h5_zarr_chunk(node *n, const int64_t *cidx, h5_chunk_bytes *out, cellar_erro
     return 0;
 }
 
+enum { SO_NONE = 1, SO_CHECK = 2 };
+
 /* The chunks of dataset n that a read of j touches (those that meet the box
  * around its selection), checked with h5d_scaleoffset_ok before libhdf5
  * decodes them, when the last filter of n's pipeline but Fletcher-32's is
  * scale-offset (else the stored bytes are not that filter's: unchecked).
  * CELLAR_EFORMAT for a chunk that fails, CELLAR_ENOMEM. */
-enum { SO_NONE = 1, SO_CHECK = 2 };
 
 static int scaleoffset_check(const node *n, h5_node *h, const read_job *j, cellar_error *err)
 {
@@ -2487,7 +2488,7 @@ static int scaleoffset_check(const node *n, h5_node *h, const read_job *j, cella
     hid_t dcpl = H5Dget_create_plist(h->obj);
     if (dcpl < 0)
         return 0;
-    int nf = H5Pget_nfilters(dcpl), found = 0, checkable = 0;
+    int nf = H5Pget_nfilters(dcpl), found = 0, checkable = 0, so_at = 0;
     size_t trailer = 0;
     for (int i = 0; i < nf; i++) {
         unsigned flags = 0;
@@ -2495,6 +2496,7 @@ static int scaleoffset_check(const node *n, h5_node *h, const read_job *j, cella
         H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, NULL, 0, NULL, NULL);
         if (id == H5Z_FILTER_SCALEOFFSET) {
             found = checkable = 1;
+            so_at = i;
             trailer = 0;
         } else if (found && id == H5Z_FILTER_FLETCHER32) {
             trailer += 4;
@@ -2503,7 +2505,7 @@ static int scaleoffset_check(const node *n, h5_node *h, const read_job *j, cella
         }
     }
     hsize_t cdims[NODE_MAX_DIMS];
-    int ok = checkable && j->ndim > 0 && H5Pget_layout(dcpl) == H5D_CHUNKED &&
+    int ok = checkable && so_at < 32 && j->ndim > 0 && H5Pget_layout(dcpl) == H5D_CHUNKED &&
              H5Pget_chunk(dcpl, NODE_MAX_DIMS, cdims) == j->ndim;
     H5Pclose(dcpl);
     size_t size = H5Tget_size(h->ftype);
@@ -2520,7 +2522,8 @@ static int scaleoffset_check(const node *n, h5_node *h, const read_job *j, cella
         hi[d] = -1;
         for (size_t b = 0; b < p->nblocks; b++) {
             int64_t first = (int64_t)p->bstart[b];
-            int64_t last = first + (int64_t)(p->bcount[b] - 1) * (int64_t)p->bstride[b];
+            int64_t steps = p->bcount[b] ? (int64_t)(p->bcount[b] - 1) : 0;
+            int64_t last = first + steps * (int64_t)p->bstride[b];
             lo[d] = first < lo[d] ? first : lo[d];
             hi[d] = last > hi[d] ? last : hi[d];
         }
@@ -2528,11 +2531,13 @@ static int scaleoffset_check(const node *n, h5_node *h, const read_job *j, cella
         hi[d] /= (int64_t)cdims[d];
         at[d] = lo[d];
         if (n_items > UINT64_MAX / cdims[d])
-            return cellar_fail(err, CELLAR_EFORMAT, "the chunks of '%s' are impossibly large", n->path);
+            return cellar_fail(err, CELLAR_EFORMAT, "the chunks of '%s' are impossibly large",
+                               n->path);
         n_items *= cdims[d];
     }
     if (n_items > (UINT64_MAX - 64) / size)
-        return cellar_fail(err, CELLAR_EFORMAT, "the chunks of '%s' are impossibly large", n->path);
+        return cellar_fail(err, CELLAR_EFORMAT, "the chunks of '%s' are impossibly large",
+                           n->path);
     uint64_t most = 21 + n_items * size + trailer; /* what the filter writes at most */
     uint8_t *b = NULL;
     int rc = 0;
@@ -2544,8 +2549,8 @@ static int scaleoffset_check(const node *n, h5_node *h, const read_job *j, cella
         uint32_t mask = 0;
         if (H5Dget_chunk_storage_size(h->obj, off, &stored) >= 0 && stored > 0) {
             if (stored > most || stored < trailer) {
-                rc = cellar_fail(err, CELLAR_EFORMAT, "a scale-offset chunk of '%s' has an impossible size",
-                                 n->path);
+                rc = cellar_fail(err, CELLAR_EFORMAT,
+                                 "a scale-offset chunk of '%s' has an impossible size", n->path);
                 break;
             }
             free(b);
@@ -2558,10 +2563,12 @@ static int scaleoffset_check(const node *n, h5_node *h, const read_job *j, cella
                 rc = h5_fail(err, CELLAR_EFORMAT, "reading a chunk of '%s' failed", n->path);
                 break;
             }
-            if (!h5d_scaleoffset_ok(b, (size_t)(stored - trailer), n_items, size)) {
+            /* a chunk whose filter mask says scale-offset was skipped holds the values */
+            if (!(mask & (1u << so_at)) &&
+                !h5d_scaleoffset_ok(b, (size_t)(stored - trailer), n_items, size)) {
                 rc = cellar_fail(err, CELLAR_EFORMAT,
-                                 "a chunk of '%s' is corrupt: its scale-offset header does not match "
-                                 "its bytes", n->path);
+                                 "a chunk of '%s' is corrupt: its scale-offset header does not "
+                                 "match its bytes", n->path);
                 break;
             }
         }

@@ -436,6 +436,10 @@ def test_corrupt_chunks_are_422_and_serving_goes_on(vserver):
         got = np.frombuffer(_chunk(vserver, "broken.h5", k), "<i4")
         i = int(k[-1])
         assert got.tolist() == [v % 97 for v in range(i * 100, i * 100 + 100)], k
+    # the native routes read through the same check (h5grove's data route)
+    grove = "/h5grove/data/?file=broken.h5&path=/scaleoffset&selection="
+    assert_problem(vserver.get(grove + "0:5"), 422)
+    assert vserver.get(grove + "100:105").json() == [3, 4, 5, 6, 7]
     assert vserver.get(key_path("ad.h5ad", ".zgroup")).status_code == 200
     assert vserver.alive()
 
