@@ -191,8 +191,9 @@ class Server:
         """The log's lines after byte offset, once every request answered so
         far is in it.  The access log is buffered and written every 0.1 s,
         in the order requests complete: a marker request's line appearing
-        means the lines of all requests before it are there."""
-        marker = f"/healthz?log-marker={time.monotonic_ns()}"
+        means the lines of all requests before it are there.  The marker is
+        in the path (the log leaves query strings out): a 404 of its own."""
+        marker = f"/log-marker-{time.monotonic_ns()}"
         self.session.get(self.base + marker, timeout=5)
         deadline = time.monotonic() + timeout
         while True:
