@@ -73,6 +73,8 @@ static const option_def options[] = {
         "largest column index of a CSR matrix to build; larger ones scan (default 0 = any)"),
     OPT("--zarr-chunk-cache-bytes", "CELLAR_ZARR_CHUNK_CACHE_BYTES", OPT_SIZE, zarr_chunk_cache_bytes,
         "memory for decoded zarr chunks that slices read again, 0 = off (default 67108864)"),
+    OPT("--hdf5-chunk-cache-bytes", "CELLAR_HDF5_CHUNK_CACHE_BYTES", OPT_SIZE, hdf5_chunk_cache_bytes,
+        "memory for HDF5 chunks cellar decoded (deflate, shuffle, LZF) that slices read again, 0 = off (default 67108864)"),
     OPT("--answer-cache-bytes", "CELLAR_ANSWER_CACHE_BYTES", OPT_SIZE, answer_cache_bytes,
         "memory for finished answers repeated requests reuse, 0 = off (default 33554432)"),
     OPT("--request-timeout-seconds", "CELLAR_REQUEST_TIMEOUT_SECONDS", OPT_DOUBLE, request_timeout_seconds,
@@ -211,6 +213,7 @@ static void config_defaults(server_config *cfg)
     cfg->cache_dir = NULL;
     cfg->answer_cache_bytes = 32u << 20;
     cfg->zarr_chunk_cache_bytes = 64u << 20;
+    cfg->hdf5_chunk_cache_bytes = 64u << 20;
     cfg->access_log = 1;
     cfg->request_timeout_seconds = 60;
     cfg->probe = 1;

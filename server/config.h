@@ -42,6 +42,7 @@ typedef struct server_config {
     const char *cache_dir;
     size_t answer_cache_bytes;
     size_t zarr_chunk_cache_bytes;
+    size_t hdf5_chunk_cache_bytes;
     uint64_t column_index_max_bytes;
     int access_log;
     double request_timeout_seconds; /* the watchdog's deadline; 0 = none */

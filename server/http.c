@@ -32,6 +32,7 @@
 #include "server/router.h"
 #include "server/tls.h"
 #include "server/watchdog.h"
+#include "storage/chunk_cache.h"
 #include "storage/zarr/zarr.h"
 
 /* Bodies smaller than this are sent uncompressed: not worth the CPU. */
@@ -783,6 +784,34 @@ static const char *allow_header(unsigned methods)
     return "GET, HEAD, OPTIONS";
 }
 
+
+/* The gauges and counters of one decoded-chunk cache. */
+static void chunk_cache_metrics(buf *out, chunk_cache_kind kind, const char *name,
+                                const char *what)
+{
+    chunk_cache_stats z;
+    chunk_cache_get_stats(chunk_cache_of(kind), &z);
+    buf_printf(out,
+               "# HELP cellar_%s_chunk_cache_bytes Bytes of decoded %s kept.\n"
+               "# TYPE cellar_%s_chunk_cache_bytes gauge\n"
+               "cellar_%s_chunk_cache_bytes %zu\n"
+               "# HELP cellar_%s_chunk_cache_limit_bytes The bound on them (--%s-chunk-cache-bytes).\n"
+               "# TYPE cellar_%s_chunk_cache_limit_bytes gauge\n"
+               "cellar_%s_chunk_cache_limit_bytes %zu\n"
+               "# HELP cellar_%s_chunk_cache_entries Decoded %s kept.\n"
+               "# TYPE cellar_%s_chunk_cache_entries gauge\n"
+               "cellar_%s_chunk_cache_entries %zu\n"
+               "# HELP cellar_%s_chunk_cache_hits_total Chunk reads answered from the cache.\n"
+               "# TYPE cellar_%s_chunk_cache_hits_total counter\n"
+               "cellar_%s_chunk_cache_hits_total %llu\n"
+               "# HELP cellar_%s_chunk_cache_misses_total Chunk reads that decoded.\n"
+               "# TYPE cellar_%s_chunk_cache_misses_total counter\n"
+               "cellar_%s_chunk_cache_misses_total %llu\n",
+               name, what, name, name, z.bytes, name, name, name, name, z.limit, name, what, name,
+               name, z.entries, name, name, name, (unsigned long long)z.hits, name, name, name,
+               (unsigned long long)z.misses);
+}
+
 static void render_answer_cache_metrics(answer_cache *c, buf *out)
 {
     answer_cache_stats st;
@@ -801,26 +830,8 @@ static void render_answer_cache_metrics(answer_cache *c, buf *out)
                "# TYPE cellar_answer_cache_misses_total counter\n"
                "cellar_answer_cache_misses_total %llu\n",
                st.bytes, st.entries, (unsigned long long)st.hits, (unsigned long long)st.misses);
-    zarr_chunk_cache_stats z;
-    zarr_chunk_cache_get_stats(&z);
-    buf_printf(out,
-               "# HELP cellar_zarr_chunk_cache_bytes Bytes of decoded zarr chunks kept.\n"
-               "# TYPE cellar_zarr_chunk_cache_bytes gauge\n"
-               "cellar_zarr_chunk_cache_bytes %zu\n"
-               "# HELP cellar_zarr_chunk_cache_limit_bytes The bound on them (--zarr-chunk-cache-bytes).\n"
-               "# TYPE cellar_zarr_chunk_cache_limit_bytes gauge\n"
-               "cellar_zarr_chunk_cache_limit_bytes %zu\n"
-               "# HELP cellar_zarr_chunk_cache_entries Decoded zarr chunks and shard indexes kept.\n"
-               "# TYPE cellar_zarr_chunk_cache_entries gauge\n"
-               "cellar_zarr_chunk_cache_entries %zu\n"
-               "# HELP cellar_zarr_chunk_cache_hits_total Chunk reads answered from the cache.\n"
-               "# TYPE cellar_zarr_chunk_cache_hits_total counter\n"
-               "cellar_zarr_chunk_cache_hits_total %llu\n"
-               "# HELP cellar_zarr_chunk_cache_misses_total Chunk reads that decoded.\n"
-               "# TYPE cellar_zarr_chunk_cache_misses_total counter\n"
-               "cellar_zarr_chunk_cache_misses_total %llu\n",
-               z.bytes, z.limit, z.entries, (unsigned long long)z.hits,
-               (unsigned long long)z.misses);
+    chunk_cache_metrics(out, CHUNK_CACHE_ZARR, "zarr", "zarr chunks and shard indexes");
+    chunk_cache_metrics(out, CHUNK_CACHE_HDF5, "hdf5", "HDF5 chunks (deflate, shuffle, LZF)");
 }
 
 /* The remote stores' requests and byte cache, when there are any. */

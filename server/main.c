@@ -12,10 +12,10 @@
 #include "server/probe.h"
 #include "server/probe_heap.h"
 #include "storage/budget.h"
+#include "storage/chunk_cache.h"
 #include "storage/hdf5/h5.h"
 #include "storage/registry.h"
 #include "storage/remote/remote_store.h"
-#include "storage/zarr/zarr.h"
 
 /* Answers of a megabyte or so (a gene's column, a block of rows) are built
  * in fresh buffers request after request.  glibc would hand such a freed
@@ -146,7 +146,8 @@ int main(int argc, char **argv)
     h5_library_init();
     remote_library_init();
     tune_malloc();
-    zarr_chunk_cache_set_limit(cfg.zarr_chunk_cache_bytes);
+    chunk_cache_set_limit(chunk_cache_of(CHUNK_CACHE_ZARR), cfg.zarr_chunk_cache_bytes);
+    chunk_cache_set_limit(chunk_cache_of(CHUNK_CACHE_HDF5), cfg.hdf5_chunk_cache_bytes);
     budget_set_whole(cfg.max_response_bytes);
 
     int status = 1;

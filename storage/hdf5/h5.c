@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "common/utf8.h"
+#include "storage/chunk_cache.h"
 #include "storage/ext_targets.h"
 #include "storage/hdf5/h5_access.h"
 #include "storage/hdf5/h5_direct.h"
@@ -87,6 +88,9 @@ typedef struct h5_node {
     h5_heap_file heap;
     uint64_t file_size;
     uint64_t chunk_base;
+    /* root only: this file version's entries in the HDF5 chunk cache
+     * (storage/chunk_cache.h), given with the first plan; 0 until then */
+    _Atomic uint64_t cache_id;
     /* fields of a compound dataset (node_child of an array of records):
      * obj is the dataset's, memtype a compound of the one member; for a
      * member that is an array, its values per record (else 0) */
@@ -2117,6 +2121,11 @@ static void direct_plan_make(const node *n, h5_node *h)
             return;
         }
     }
+    h5_node *rh = n->root->impl;
+    uint64_t version = atomic_load(&rh->cache_id), none = 0;
+    if (!version && !atomic_compare_exchange_strong(&rh->cache_id, &none, version = chunk_cache_new_id()))
+        version = none; /* another plan gave it first */
+    h5d_plan_cache_as(p, chunk_cache_of(CHUNK_CACHE_HDF5), version, chunk_cache_new_id());
     h->plan = p;
     atomic_store_explicit(&h->dstate, DIRECT_READY, memory_order_release);
 }
@@ -2700,6 +2709,7 @@ static void h5_destroy(node *n)
     if (h->fd >= 0)
         close(h->fd);
     free(h->file_path);
+    chunk_cache_drop_store(chunk_cache_of(CHUNK_CACHE_HDF5), atomic_load(&h->cache_id));
     h5d_plan_free(h->plan);
     if (h->dlock_init)
         pthread_mutex_destroy(&h->dlock);

@@ -19,6 +19,7 @@
 #include <liblzf/lzf.h>
 
 #include "common/satmath.h"
+#include "storage/chunk_cache.h"
 #include "storage/codecs.h"
 
 /* Bytes of a contiguous dataset's virtual chunk. */
@@ -49,6 +50,8 @@ struct h5d_plan {
     int has_table;
     h5d_entry *entries;
     size_t nentries, cap;
+    chunk_cache *cache; /* decoded chunks kept there (h5d_plan_cache_as), or NULL */
+    uint64_t cache_store, cache_array;
 };
 
 #define WHAT(w) ((w) ? (w) : "dataset")
@@ -356,6 +359,13 @@ done:
     return rc;
 }
 
+void h5d_plan_cache_as(h5d_plan *p, chunk_cache *c, uint64_t store, uint64_t array)
+{
+    p->cache = c;
+    p->cache_store = store;
+    p->cache_array = array;
+}
+
 void h5d_plan_free(h5d_plan *p)
 {
     if (!p)
@@ -613,6 +623,9 @@ typedef struct read_ctx {
     void *fetch_ctx;
     const char *what;
     cellar_error *err;
+    /* the read decodes more than the cache takes from one read: its chunks
+     * are not kept, so a large read evicts nothing slices use */
+    int scan;
     dim_walk w[NODE_MAX_DIMS];
     int64_t ostride[NODE_MAX_DIMS];
     unsigned char *out;
@@ -851,6 +864,36 @@ static int check_stored_size(const h5d_plan *p, size_t n, uint32_t mask, const c
                        WHAT(what), n, by, p->chunk_bytes);
 }
 
+/* The cache key of chunk c of p's dataset; 0 when p keeps no chunks. */
+static int cache_key(const h5d_plan *p, const int64_t *c, chunk_cache_key *k)
+{
+    if (!p->cache)
+        return 0;
+    memset(k, 0, sizeof *k);
+    k->store = p->cache_store;
+    k->array = p->cache_array;
+    k->kind = CHUNK_CACHE_CHUNK;
+    memcpy(k->coords, c, (size_t)p->l.ndim * sizeof *c);
+    return 1;
+}
+
+/* Chunk c decoded before, copied from the cache: 1, else 0 (a miss, or
+ * no cache). */
+static int copy_cached(read_ctx *r, const int64_t *c, const int64_t *g, int *rc)
+{
+    chunk_cache_key k;
+    const chunk_cached *ref = cache_key(r->p, c, &k) ? chunk_cache_get(r->p->cache, &k) : NULL;
+    if (!ref)
+        return 0;
+    size_t len;
+    chunk_src src = {.buf = chunk_cached_buf(ref, &len, NULL)};
+    *rc = len == r->p->chunk_bytes ? copy_chunk(r, &src, c, g)
+                                   : cellar_fail(r->err, CELLAR_EINTERNAL, "a cached chunk of '%s' "
+                                                 "has the wrong size", WHAT(r->what));
+    chunk_cache_release(ref);
+    return 1;
+}
+
 static int decode_and_copy(read_ctx *r, const uint8_t *stored, size_t n, uint32_t mask,
                            const int64_t *c, const int64_t *g)
 {
@@ -858,20 +901,34 @@ static int decode_and_copy(read_ctx *r, const uint8_t *stored, size_t n, uint32_
     int rc = check_stored_size(p, n, mask, r->what, r->err);
     if (rc)
         return rc;
-    if (!r->b0) {
-        size_t cap = p->chunk_bytes + 4 * H5D_MAX_FILTERS;
+    size_t cap = p->chunk_bytes + 4 * H5D_MAX_FILTERS;
+    if (!r->b0)
         r->b0 = malloc(cap);
+    if (!r->b1)
         r->b1 = malloc(cap);
-        if (!r->b0 || !r->b1)
-            return cellar_fail(r->err, CELLAR_ENOMEM, "out of memory reading '%s'",
-                               WHAT(r->what));
-    }
+    if (!r->b0 || !r->b1)
+        return cellar_fail(r->err, CELLAR_ENOMEM, "out of memory reading '%s'", WHAT(r->what));
     const uint8_t *data = NULL;
     rc = decode_chunk(p, stored, n, mask, r->b0, r->b1, &data, r->what, r->err);
     if (rc)
         return rc;
-    chunk_src src = {.buf = data};
-    return copy_chunk(r, &src, c, g);
+    chunk_cache_key k;
+    if (r->scan || !cache_key(p, c, &k) || (data != r->b0 && data != r->b1)) {
+        chunk_src src = {.buf = data};
+        return copy_chunk(r, &src, c, g);
+    }
+    /* The buffer the chunk was decoded into goes to the cache (a new one
+     * is made for the next chunk). */
+    uint8_t **owner = data == r->b0 ? &r->b0 : &r->b1;
+    *owner = NULL;
+    const chunk_cached *ref = chunk_cache_put(p->cache, &k, (uint8_t *)data, p->chunk_bytes, NULL, 0);
+    if (!ref)
+        return cellar_fail(r->err, CELLAR_ENOMEM, "out of memory reading '%s'", WHAT(r->what));
+    size_t len;
+    chunk_src src = {.buf = chunk_cached_buf(ref, &len, NULL)};
+    rc = copy_chunk(r, &src, c, g);
+    chunk_cache_release(ref);
+    return rc;
 }
 
 static int visit_chunk(read_ctx *r, const int64_t *c, const int64_t *g)
@@ -895,22 +952,28 @@ static int visit_chunk(read_ctx *r, const int64_t *c, const int64_t *g)
         }
         if ((e->mask & p->all_filters) == p->all_filters)
             return read_raw(r, e->addr, c, g);
+        int rc = 0;
+        if (copy_cached(r, c, g, &rc))
+            return rc;
         if (grow(&r->stored, &r->stored_cap, e->size))
             return cellar_fail(r->err, CELLAR_ENOMEM, "out of memory reading '%s'",
                                WHAT(r->what));
-        int rc = pread_all(r, r->stored, e->size, e->addr, r->what, r->err);
+        rc = pread_all(r, r->stored, e->size, e->addr, r->what, r->err);
         return rc ? rc : decode_and_copy(r, r->stored, e->size, e->mask, c, g);
     }
     if (!r->fetch)
         return cellar_fail(r->err, CELLAR_EINTERNAL, "no way to read chunks of '%s'",
                            WHAT(r->what));
+    int rc = 0;
+    if (l->nfilters && copy_cached(r, c, g, &rc))
+        return rc;
     int64_t start[NODE_MAX_DIMS];
     for (int d = 0; d < l->ndim; d++)
         start[d] = c[d] * p->chunk[d];
     uint8_t *buf = NULL;
     size_t n = 0;
     uint32_t mask = 0;
-    int rc = r->fetch(r->fetch_ctx, start, p->max_stored, &buf, &n, &mask, r->err);
+    rc = r->fetch(r->fetch_ctx, start, p->max_stored, &buf, &n, &mask, r->err);
     if (rc)
         goto done;
     if (!buf) {
@@ -950,15 +1013,18 @@ int h5d_read_from(const h5d_plan *p, int fd, const h5d_file_reader *rd, h5d_fetc
                   .what = what, .err = err, .out = out};
     int rc = 0, ndim = l->ndim;
     size_t total = 1;
+    size_t chunks = 1;
     for (int d = 0; d < ndim; d++) {
         rc = walk_init(&r.w[d], &sel[d], l->shape[d], p->chunk[d], p->grid[d], what, err);
         if (rc)
             goto done;
+        chunks = (size_t)sat_mul_u64(chunks, r.w[d].ngroups);
         if (!mul_ok(total, (size_t)sel[d].count, &total)) {
             rc = cellar_fail(err, CELLAR_ETOOBIG, "selection of '%s' too large", WHAT(what));
             goto done;
         }
     }
+    r.scan = p->cache && sat_mul_u64(chunks, p->chunk_bytes) > chunk_cache_largest(p->cache);
     size_t need;
     if (!mul_ok(total, l->elem_size, &need) || out_bytes < need) {
         rc = cellar_fail(err, CELLAR_EINTERNAL, "output size mismatch reading '%s'", WHAT(what));

@@ -74,6 +74,13 @@ int h5d_plan_new(const h5d_layout *l, h5d_plan **out, cellar_error *err);
 
 void h5d_plan_free(h5d_plan *p);
 
+struct chunk_cache;
+
+/* Keeps the chunks p decodes in cache c under (store, array), ids of
+ * chunk_cache_new_id for the file version and the dataset, so that a read
+ * of a chunk decoded before copies it instead of decoding it again. */
+void h5d_plan_cache_as(h5d_plan *p, struct chunk_cache *c, uint64_t store, uint64_t array);
+
 /* Chunked plans: records one allocated chunk (start = its first element's
  * coordinates, addr absolute in the file) in the plan's table.  Chunks never
  * added read as the fill value once h5d_plan_finish_table was called.

@@ -223,7 +223,7 @@ static void zarr_store_free(zarr_store *s)
 {
     if (!s)
         return;
-    zarr_cache_drop_store(s->cache_id);
+    chunk_cache_drop_store(chunk_cache_of(CHUNK_CACHE_ZARR), s->cache_id);
     json_decref(s->root_doc);
     json_decref(s->cmeta);
     if (s->src)
@@ -287,7 +287,7 @@ static int make_node(node *parent, const char *name, zarr_store *s, int owns_sto
     if (rc)
         goto done;
     zn->arr.cache_store = s->cache_id;
-    zn->arr.cache_array = zarr_cache_new_id();
+    zn->arr.cache_array = chunk_cache_new_id();
     const zarr_array *za = &zn->arr;
     n->info.type = NODE_ARRAY;
     n->info.ndim = za->ndim;
@@ -680,7 +680,7 @@ static void load_consolidated(zarr_store *s)
  * frees s on failure.  dir names the store in details. */
 static int open_store(zarr_store *s, const char *dir, node **root, cellar_error *err)
 {
-    s->cache_id = zarr_cache_new_id();
+    s->cache_id = chunk_cache_new_id();
     int rc = 0, missing = 0;
     s->version = store_format(s->src, dir, err);
     if (s->version < 0)

@@ -128,17 +128,4 @@ int zarr_store_has_key(node *root, const char *key);
 int zarr_open_file_at(int store_fd, const char *store_dir, const char *rel, int *fd,
                       struct stat *st, cellar_error *err);
 
-/* The cache of decoded zarr chunks (and shard indexes), shared by every
- * store and thread: entries belong to one store version and go when it is
- * freed; the least recently used go first when the bytes pass the limit.
- * Default limit 64 MiB; 0 turns the cache off.  A chunk larger than a
- * quarter of the limit is decoded for its read and not kept. */
-typedef struct zarr_chunk_cache_stats {
-    size_t bytes, entries, limit;
-    uint64_t hits, misses;
-} zarr_chunk_cache_stats;
-
-void zarr_chunk_cache_set_limit(size_t bytes);
-void zarr_chunk_cache_get_stats(zarr_chunk_cache_stats *out);
-
 #endif

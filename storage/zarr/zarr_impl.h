@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "storage/chunk_cache.h"
 #include "storage/codecs.h"
 #include "storage/node.h"
 #include "storage/zarr/zarr_source.h"
@@ -70,7 +71,7 @@ typedef struct zarr_array {
     char *unsupported;              /* why reads fail, malloc'd; NULL when readable */
     zarr_field *fields;             /* ZK_RECORDS: the fields, malloc'd */
     int n_fields;
-    /* Chunk cache identity (zarr_cache_new_id): the store version and the
+    /* Chunk cache identity (chunk_cache_new_id): the store version and the
      * array; 0 when the array is not of an opened store (no caching). */
     uint64_t cache_store, cache_array;
 } zarr_array;
@@ -173,44 +174,5 @@ int zarr_array_read(const zarr_array *za, zarr_source *src, const char *rel, con
 int zarr_shard_index_read(const zarr_array *za, const uint8_t *src, size_t n,
                           uint64_t shard_size, uint64_t **pairs, uint64_t *nchunks,
                           cellar_error *err);
-
-/* ---- the decoded-chunk cache (storage/zarr/zarr_cache.c) ---- */
-
-/* What an entry holds: a decoded chunk or a shard's decoded index. */
-enum { ZARR_CACHE_CHUNK = 1, ZARR_CACHE_SHARD_INDEX = 2 };
-
-/* Zero-filled before use: hashed and compared as bytes. */
-typedef struct zarr_cache_key {
-    uint64_t store, array;
-    int64_t coords[NODE_MAX_DIMS];
-    uint32_t kind, pad;
-} zarr_cache_key;
-
-typedef struct zarr_cached zarr_cached;
-
-/* A new nonzero id, unique in the process (store versions and arrays). */
-uint64_t zarr_cache_new_id(void);
-
-/* The entry for k with a reference the caller drops with
- * zarr_cache_release, or NULL (a miss). */
-const zarr_cached *zarr_cache_get(const zarr_cache_key *k);
-
-/* Hands buf (len bytes) and items (nitems, may be NULL) over to a new entry
- * for k and returns it with a reference; they are freed with the entry.
- * When k is already present (another thread decoded it meanwhile), buf and
- * items are freed and the present entry is returned.  An entry over the
- * size bound, or with the cache off, is returned without being kept: its
- * last release frees it.  NULL only when out of memory (buf, items freed). */
-const zarr_cached *zarr_cache_put(const zarr_cache_key *k, uint8_t *buf, size_t len,
-                                  codec_vlen_item *items, size_t nitems);
-
-void zarr_cache_release(const zarr_cached *c);
-
-/* The immutable contents of an entry (valid while referenced). */
-const uint8_t *zarr_cached_buf(const zarr_cached *c, size_t *len,
-                               const codec_vlen_item **items);
-
-/* Forgets every entry of a store version (called when it is freed). */
-void zarr_cache_drop_store(uint64_t store_id);
 
 #endif

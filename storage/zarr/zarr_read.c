@@ -41,7 +41,7 @@ typedef struct zchunk {
     const uint8_t *buf;
     size_t len;
     const codec_vlen_item *items;
-    const zarr_cached *ref;
+    const chunk_cached *ref;
     uint8_t *own;
     codec_vlen_item *own_items;
 } zchunk;
@@ -53,7 +53,7 @@ typedef struct shard_slot {
     zarr_key k;
     int64_t coord[NODE_MAX_DIMS];
     const uint64_t *pairs; /* 2 * nin: (offset, nbytes) */
-    const zarr_cached *ref; /* holds pairs when cached */
+    const chunk_cached *ref; /* holds pairs when cached */
     uint64_t *own;          /* holds pairs when not */
     char key[512];
 } shard_slot;
@@ -261,13 +261,13 @@ static void make_key(zread *r, const int64_t *coords)
 
 static void chunk_free(zchunk *c)
 {
-    zarr_cache_release(c->ref);
+    chunk_cache_release(c->ref);
     free(c->own);
     free(c->own_items);
     memset(c, 0, sizeof *c);
 }
 
-static void cache_key(const zread *r, const int64_t *coords, uint32_t kind, zarr_cache_key *k)
+static void cache_key(const zread *r, const int64_t *coords, uint32_t kind, chunk_cache_key *k)
 {
     memset(k, 0, sizeof *k);
     k->store = r->za->cache_store;
@@ -287,26 +287,26 @@ static int chunk_keep(zread *r, const int64_t *coords, uint8_t *buf, size_t len,
         c->items = c->own_items = items;
         return 0;
     }
-    zarr_cache_key k;
-    cache_key(r, coords, ZARR_CACHE_CHUNK, &k);
-    c->ref = zarr_cache_put(&k, buf, len, items, items ? (size_t)r->elems : 0);
+    chunk_cache_key k;
+    cache_key(r, coords, CHUNK_CACHE_CHUNK, &k);
+    c->ref = chunk_cache_put(chunk_cache_of(CHUNK_CACHE_ZARR), &k, buf, len, items, items ? (size_t)r->elems : 0);
     if (!c->ref)
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory reading '%s'", r->what);
-    c->buf = zarr_cached_buf(c->ref, &c->len, &c->items);
+    c->buf = chunk_cached_buf(c->ref, &c->len, &c->items);
     return 0;
 }
 
 /* A decoded chunk from the cache: 1 when found. */
-static int chunk_cached(zread *r, const int64_t *coords, zchunk *c)
+static int chunk_from_cache(zread *r, const int64_t *coords, zchunk *c)
 {
     if (!r->za->cache_array)
         return 0;
-    zarr_cache_key k;
-    cache_key(r, coords, ZARR_CACHE_CHUNK, &k);
-    c->ref = zarr_cache_get(&k);
+    chunk_cache_key k;
+    cache_key(r, coords, CHUNK_CACHE_CHUNK, &k);
+    c->ref = chunk_cache_get(chunk_cache_of(CHUNK_CACHE_ZARR), &k);
     if (!c->ref)
         return 0;
-    c->buf = zarr_cached_buf(c->ref, &c->len, &c->items);
+    c->buf = chunk_cached_buf(c->ref, &c->len, &c->items);
     return 1;
 }
 
@@ -502,7 +502,7 @@ static int read_whole_chunk(zread *r, const int64_t *coords, zchunk *c, int *mis
                             cellar_error *err)
 {
     *missing = 0;
-    if (chunk_cached(r, coords, c))
+    if (chunk_from_cache(r, coords, c))
         return 0;
     make_key(r, coords);
     zarr_key k;
@@ -541,7 +541,7 @@ static void slot_clear(zread *r, shard_slot *sl)
 {
     if (sl->opened)
         close_key(r, &sl->k);
-    zarr_cache_release(sl->ref);
+    chunk_cache_release(sl->ref);
     free(sl->own);
     memset(sl, 0, sizeof *sl);
 }
@@ -579,16 +579,16 @@ static int shard_index_load(zread *r, shard_slot *sl, uint64_t size, cellar_erro
         pairs = NULL;
         goto done;
     }
-    zarr_cache_key k;
-    cache_key(r, sl->coord, ZARR_CACHE_SHARD_INDEX, &k);
-    sl->ref = zarr_cache_put(&k, (uint8_t *)pairs, (size_t)r->nin * 2 * sizeof *pairs, NULL, 0);
+    chunk_cache_key k;
+    cache_key(r, sl->coord, CHUNK_CACHE_SHARD_INDEX, &k);
+    sl->ref = chunk_cache_put(chunk_cache_of(CHUNK_CACHE_ZARR), &k, (uint8_t *)pairs, (size_t)r->nin * 2 * sizeof *pairs, NULL, 0);
     pairs = NULL;
     if (!sl->ref) {
         rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory reading %s", what);
         goto done;
     }
     size_t len;
-    sl->pairs = (const uint64_t *)zarr_cached_buf(sl->ref, &len, NULL);
+    sl->pairs = (const uint64_t *)chunk_cached_buf(sl->ref, &len, NULL);
 done:
     free(idx);
     free(pairs);
@@ -602,11 +602,11 @@ static int shard_load(zread *r, shard_slot *sl, const int64_t *scoord, cellar_er
     memcpy(sl->key, r->key, sizeof sl->key);
     memcpy(sl->coord, scoord, sizeof sl->coord);
     if (r->za->cache_array) {
-        zarr_cache_key k;
-        cache_key(r, scoord, ZARR_CACHE_SHARD_INDEX, &k);
-        if ((sl->ref = zarr_cache_get(&k))) {
+        chunk_cache_key k;
+        cache_key(r, scoord, CHUNK_CACHE_SHARD_INDEX, &k);
+        if ((sl->ref = chunk_cache_get(chunk_cache_of(CHUNK_CACHE_ZARR), &k))) {
             size_t len;
-            sl->pairs = (const uint64_t *)zarr_cached_buf(sl->ref, &len, NULL);
+            sl->pairs = (const uint64_t *)chunk_cached_buf(sl->ref, &len, NULL);
             sl->used = 1;
             return 0;
         }
@@ -640,7 +640,7 @@ static int read_inner_chunk(zread *r, const int64_t *coords, zchunk *c, int *mis
                             cellar_error *err)
 {
     *missing = 0;
-    if (chunk_cached(r, coords, c))
+    if (chunk_from_cache(r, coords, c))
         return 0;
     int64_t scoord[NODE_MAX_DIMS] = {0};
     uint64_t lin = 0;
@@ -711,7 +711,7 @@ static void prefetch_chunks(zread *r)
         for (int d = 0; d < nd; d++)
             coords[d] = r->plan[d].gchunk[gidx[d]];
         zchunk c = {0};
-        if (chunk_cached(r, coords, &c)) {
+        if (chunk_from_cache(r, coords, &c)) {
             chunk_free(&c);
         } else {
             make_key(r, coords);

@@ -35,14 +35,15 @@ def chunk_root(tmp_path) -> tuple[Path, np.ndarray]:
     return root, np.asarray(back)
 
 
-def stats(srv) -> dict[str, float]:
+def stats(srv, cache: str = "zarr") -> dict[str, float]:
+    """The /metrics of one decoded-chunk cache (zarr or hdf5)."""
     text = srv.get("/metrics").text
-    return {k: metric(text, f"cellar_zarr_chunk_cache_{k}")
+    return {k: metric(text, f"cellar_{cache}_chunk_cache_{k}")
             for k in ("bytes", "entries", "hits_total", "misses_total", "limit_bytes")}
 
 
-def read_rows(srv, rows: str) -> np.ndarray:
-    r = srv.get(f"/v1/stores/{NAME}/X", rows=rows, format="npy")
+def read_rows(srv, rows: str, name: str = NAME) -> np.ndarray:
+    r = srv.get(f"/v1/stores/{name}/X", rows=rows, format="npy")
     assert r.status_code == 200, r.text
     return np.load(io.BytesIO(r.content))
 

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <zstd.h>
 
+#include "storage/chunk_cache.h"
 #include "storage/node.h"
 #include "storage/zarr/zarr.h"
 #include "tests/unit/unit.h"
@@ -197,22 +198,22 @@ void test_zarr_chunk_cache(void)
         CHECK(0);
         return;
     }
-    zarr_chunk_cache_set_limit((size_t)64 << 20);
+    chunk_cache_set_limit(chunk_cache_of(CHUNK_CACHE_ZARR), (size_t)64 << 20);
     put_sharded(t, 0);
     node *v1 = NULL, *v2 = NULL;
     cellar_error err;
     cellar_error_clear(&err);
     CHECK_EQ(zarr_open(t, &v1, &err), 0);
     int32_t a[40], b[40];
-    zarr_chunk_cache_stats s0, s1, s2;
-    zarr_chunk_cache_get_stats(&s0);
+    chunk_cache_stats s0, s1, s2;
+    chunk_cache_get_stats(chunk_cache_of(CHUNK_CACHE_ZARR), &s0);
     CHECK_EQ(v1 ? read_1d(v1, 3, 34, a) : -1, 0);
-    zarr_chunk_cache_get_stats(&s1);
+    chunk_cache_get_stats(chunk_cache_of(CHUNK_CACHE_ZARR), &s1);
     CHECK(s1.bytes > s0.bytes);
     CHECK(s1.entries >= s0.entries + 9); /* 7 inner chunks and 2 shard indexes */
     /* A hit gives the same bytes and decodes nothing new. */
     CHECK_EQ(v1 ? read_1d(v1, 3, 34, b) : -1, 0);
-    zarr_chunk_cache_get_stats(&s2);
+    chunk_cache_get_stats(chunk_cache_of(CHUNK_CACHE_ZARR), &s2);
     CHECK(s2.hits >= s1.hits + 7);
     CHECK_EQ(s2.entries, s1.entries);
     CHECK(memcmp(a, b, sizeof(int32_t) * 34) == 0);
@@ -228,9 +229,9 @@ void test_zarr_chunk_cache(void)
     CHECK_EQ(v1 ? read_1d(v1, 0, 40, a) : -1, 0);
     CHECK_EQ(a[5], 5);
     /* Freeing a version drops its entries. */
-    zarr_chunk_cache_get_stats(&s1);
+    chunk_cache_get_stats(chunk_cache_of(CHUNK_CACHE_ZARR), &s1);
     node_tree_free(v2);
-    zarr_chunk_cache_get_stats(&s2);
+    chunk_cache_get_stats(chunk_cache_of(CHUNK_CACHE_ZARR), &s2);
     CHECK(s2.entries < s1.entries);
     CHECK(s2.bytes < s1.bytes);
     /* Back to v1's contents: from here on v1 rereads the files. */
@@ -238,28 +239,28 @@ void test_zarr_chunk_cache(void)
     /* The bound: with room for a few of the ten entries, reads stay correct
      * and the kept bytes stay under the limit. */
     size_t limit = 6 * (s1.bytes / (s1.entries ? s1.entries : 1));
-    zarr_chunk_cache_set_limit(limit);
-    zarr_chunk_cache_get_stats(&s1);
+    chunk_cache_set_limit(chunk_cache_of(CHUNK_CACHE_ZARR), limit);
+    chunk_cache_get_stats(chunk_cache_of(CHUNK_CACHE_ZARR), &s1);
     CHECK(s1.bytes <= limit);
     for (int rep = 0; rep < 3; rep++) {
         CHECK_EQ(v1 ? read_1d(v1, 0, 40, a) : -1, 0);
         for (int i = 0; i < 40; i++)
             CHECK_EQ(a[i], i);
-        zarr_chunk_cache_get_stats(&s1);
+        chunk_cache_get_stats(chunk_cache_of(CHUNK_CACHE_ZARR), &s1);
         CHECK(s1.bytes <= limit);
         CHECK(s1.entries > 0);
         CHECK(s1.entries < 10);
     }
     /* Off: nothing kept, reads still right. */
-    zarr_chunk_cache_set_limit(0);
-    zarr_chunk_cache_get_stats(&s1);
+    chunk_cache_set_limit(chunk_cache_of(CHUNK_CACHE_ZARR), 0);
+    chunk_cache_get_stats(chunk_cache_of(CHUNK_CACHE_ZARR), &s1);
     CHECK_EQ(s1.bytes, 0);
     CHECK_EQ(v1 ? read_1d(v1, 7, 20, a) : -1, 0);
     CHECK_EQ(a[0], 7);
     CHECK_EQ(a[19], 26);
-    zarr_chunk_cache_get_stats(&s1);
+    chunk_cache_get_stats(chunk_cache_of(CHUNK_CACHE_ZARR), &s1);
     CHECK_EQ(s1.entries, 0);
-    zarr_chunk_cache_set_limit((size_t)64 << 20);
+    chunk_cache_set_limit(chunk_cache_of(CHUNK_CACHE_ZARR), (size_t)64 << 20);
     node_tree_free(v1);
     nftw(t, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "storage/chunk_cache.h"
 #include "storage/node.h"
 #include "storage/registry.h"
 #include "storage/zarr/zarr.h"
@@ -92,7 +93,7 @@ void test_zarr_rewrite_noticed(void)
         CHECK(0);
         return;
     }
-    zarr_chunk_cache_set_limit(0); /* every read goes to the files */
+    chunk_cache_set_limit(chunk_cache_of(CHUNK_CACHE_ZARR), 0); /* every read goes to the files */
     int32_t v[N];
     put_store(t, 0);
     /* Opened right after a write (a writer may still be going): a read of
@@ -169,7 +170,7 @@ void test_zarr_rewrite_noticed(void)
     CHECK(zarr_changed_since_open(root) > 0);
     node_tree_free(root);
 done:
-    zarr_chunk_cache_set_limit((size_t)64 << 20);
+    chunk_cache_set_limit(chunk_cache_of(CHUNK_CACHE_ZARR), (size_t)64 << 20);
     nftw(t, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
@@ -188,7 +189,7 @@ void test_registry_zarr_rewrite(void)
     char dir[256];
     snprintf(dir, sizeof dir, "%s/s.zarr", t);
     CHECK_EQ(mkdir(dir, 0700), 0);
-    zarr_chunk_cache_set_limit(0);
+    chunk_cache_set_limit(chunk_cache_of(CHUNK_CACHE_ZARR), 0);
     put_store(dir, 0);
     settle();
     registry_config cfg = {.root = t, .max_open_stores = 4, .idle_seconds = 60};
@@ -258,6 +259,6 @@ done:
     store_release(v2);
     store_release(v1);
     registry_free(r);
-    zarr_chunk_cache_set_limit((size_t)64 << 20);
+    chunk_cache_set_limit(chunk_cache_of(CHUNK_CACHE_ZARR), (size_t)64 << 20);
     nftw(t, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
