@@ -78,11 +78,12 @@ static double scale10(double a, int n)
 
 /* The nearest p-digit decimal to a (a positive normal float32, exact in a
  * double), as *d in [10^(p-1), 10^p) times 10^(*k - p + 1) (so *k is the
- * decimal exponent %g reports).  a * 10^n in double has a relative error
+ * decimal exponent %g reports), and *scaled = a * 10^(p - 1 - *k) as the
+ * double that rounded to it.  a * 10^n in double has a relative error
  * under 2^-52, so the rounding is decided exactly unless the scaled value
  * lies within 1e-6 of a half (an exact tie or too close to call): then
  * returns -1 and the caller asks snprintf. */
-static int f32_round(double a, int p, int *k, uint64_t *d, int *side)
+static int f32_round(double a, int p, int *k, uint64_t *d, int *side, double *scaled_out)
 {
     for (int tries = 0; tries < 4; tries++) {
         int n = p - 1 - *k;
@@ -102,6 +103,7 @@ static int f32_round(double a, int p, int *k, uint64_t *d, int *side)
             continue;
         }
         *d = r;
+        *scaled_out = scaled;
         /* where the exact value lies from r: above (1), below (-1), on it
          * (2: a * 10^n is exact for 0 <= n <= 12, 24 bits times 5^n fitting
          * in 53), or too close to tell (0) */
@@ -112,24 +114,6 @@ static int f32_round(double a, int p, int *k, uint64_t *d, int *side)
         return 0;
     }
     return -1;
-}
-
-/* Whether the decimal d * 10^(k - p + 1) reads back (as strtof would: one
- * correct rounding to float) as a; -1 when the double in between sits
- * exactly halfway between two floats, where rounding twice could differ. */
-static int f32_reads_back(double a, uint64_t d, int p, int k)
-{
-    int n = p - 1 - k;
-    if (n > 22 || n < -22)
-        return -1;
-    double x = scale10((double)d, -n); /* d < 2^53: exact; one rounding */
-    float f = (float)x;
-    if ((double)f != x) {
-        float g = nextafterf(f, x > (double)f ? INFINITY : 0.0f);
-        if ((double)f + (double)g == 2.0 * x)
-            return -1;
-    }
-    return (double)f == a;
 }
 
 /* d9 rounded to fewer digits (div = 10^(9 - p)) into *d; -1 when only
@@ -147,11 +131,92 @@ static inline int round_from9(uint64_t d9, int side, uint64_t div, uint64_t *d)
     return 0;
 }
 
+/* Whether the decimal c (in the units of the 9-digit rounding, where a is
+ * `scaled`) reads back as a, as strtof would: inside a's rounding interval,
+ * hi above a and lo below (half the gaps to its neighbours, in the same
+ * units).  -1 when c lies within 1e-6 of an end: the doubles cannot tell,
+ * and an exact end is a tie strtof breaks to even. */
+static inline int f32_reads_back(double c, double scaled, double lo, double hi)
+{
+    double dist = c - scaled, bound = dist >= 0 ? hi : lo;
+    dist = fabs(dist);
+    if (fabs(dist - bound) < 1e-6)
+        return -1;
+    return dist < bound;
+}
+
+int f32_decimal(float v, uint64_t *digits, int *exp10, int *prec)
+{
+    double a = fabs((double)v);
+    if (!isfinite(v) || a <= FLT_MIN)
+        return -1;
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    int e2 = (int)((bits >> 23) & 0xff) - 127; /* a in [2^e2, 2^(e2+1)) */
+    /* floor(log10(a)): floor(e2 * log10(2)) (1233 / 4096 a little under
+     * it: within one), or one more when a reaches the next power of ten
+     * (f32_round corrects a wrong guess at the price of a second try) */
+    int k9 = (e2 * 1233) >> 12;
+    if (k9 + 1 >= -22 && k9 + 1 <= 22 && a >= (k9 + 1 >= 0 ? pow10_exact[k9 + 1]
+                                                           : 1.0 / pow10_exact[-k9 - 1]))
+        k9++;
+    uint64_t d9;
+    int side;
+    double scaled;
+    if (f32_round(a, 9, &k9, &d9, &side, &scaled))
+        return -1;
+    /* Half the gap to the next float up, 2^(e2 - 24), and down (half that
+     * at a power of two, where the float below is twice as close), both
+     * times the scale of the 9-digit rounding: one rounding each. */
+    uint64_t hbits = (uint64_t)(e2 - 24 + 1023) << 52;
+    double half_ulp;
+    memcpy(&half_ulp, &hbits, sizeof half_ulp);
+    double hi = scale10(half_ulp, 8 - k9);
+    double lo = (bits & 0x7fffffu) ? hi : hi / 2;
+    /* Shorter roundings from the 9-digit one: the exact value x lies within
+     * 0.5 of d9 and the rounding boundary is an integer, so the dropped
+     * digits decide, unless they are exactly half: then the side of d9 x
+     * lies on decides (x == d9: a tie, to even), and snprintf when that is
+     * too close to tell. */
+    static const uint64_t divs[3] = {1000, 100, 10};
+    for (int p = 6; p <= 8; p++) {
+        uint64_t d;
+        /* constant divisors: multiplications, not divisions */
+        int r = p == 6 ? round_from9(d9, side, 1000, &d)
+                : p == 7 ? round_from9(d9, side, 100, &d)
+                         : round_from9(d9, side, 10, &d);
+        if (r)
+            return -1;
+        int ok = f32_reads_back((double)(d * divs[p - 6]), scaled, lo, hi);
+        if (ok < 0)
+            return -1;
+        if (ok) {
+            int k = k9;
+            if (d == (uint64_t)pow10_exact[p]) { /* carried to the next power of ten */
+                d /= 10;
+                k++;
+            }
+            while (d % 10 == 0)
+                d /= 10;
+            *digits = d;
+            *exp10 = k;
+            *prec = p;
+            return 0;
+        }
+    }
+    while (d9 % 10 == 0)
+        d9 /= 10;
+    *digits = d9;
+    *exp10 = k9;
+    *prec = 9;
+    return 0;
+}
+
 /* The same text as fmt_f32_slow (the first precision from 6 up whose
  * nearest decimal reads back), computed from the 9-digit rounding with a
- * few double operations instead of snprintf and strtof; the rare cases the double
- * arithmetic cannot decide (ties, near-ties, subnormals, far exponents) go
- * to fmt_f32_slow. */
+ * few double operations instead of snprintf and strtof; the rare cases the
+ * double arithmetic cannot decide (ties, near-ties, subnormals, far
+ * exponents) go to fmt_f32_slow. */
 size_t fmt_f32(float v, char *out)
 {
     if (!isfinite(v)) {
@@ -162,42 +227,11 @@ size_t fmt_f32(float v, char *out)
         strcpy(out, signbit(v) ? "-0.0" : "0.0");
         return strlen(out);
     }
-    double a = fabs((double)v);
-    if (a < FLT_MIN)
+    uint64_t d;
+    int k, p;
+    if (f32_decimal(v, &d, &k, &p))
         return fmt_f32_slow(v, out);
-    uint32_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    int e2 = (int)((bits >> 23) & 0xff) - 127; /* a in [2^e2, 2^(e2+1)) */
-    int k9 = (int)floor(e2 * 0.30102999566398120); /* log10(2): within one */
-    uint64_t d9;
-    int side;
-    if (f32_round(a, 9, &k9, &d9, &side))
-        return fmt_f32_slow(v, out);
-    /* Shorter roundings from the 9-digit one: the exact value x lies within
-     * 0.5 of d9 and the rounding boundary is an integer, so the dropped
-     * digits decide, unless they are exactly half: then the side of d9 x
-     * lies on decides (x == d9: a tie, to even), and snprintf when that is
-     * too close to tell. */
-    for (int p = 6; p <= 8; p++) {
-        uint64_t d;
-        /* constant divisors: multiplications, not divisions */
-        int r = p == 6 ? round_from9(d9, side, 1000, &d)
-                : p == 7 ? round_from9(d9, side, 100, &d)
-                         : round_from9(d9, side, 10, &d);
-        if (r)
-            return fmt_f32_slow(v, out);
-        int k = k9;
-        if (d == (uint64_t)pow10_exact[p]) { /* carried to the next power of ten */
-            d /= 10;
-            k++;
-        }
-        int ok = f32_reads_back(a, d, p, k);
-        if (ok < 0)
-            return fmt_f32_slow(v, out);
-        if (ok)
-            return dtoa_layout(signbit(v) != 0, d, k, p, out);
-    }
-    return dtoa_layout(signbit(v) != 0, d9, k9, 9, out);
+    return dtoa_layout(signbit(v) != 0, d, k, p, out);
 }
 
 float half_to_float(uint16_t h)

@@ -23,6 +23,13 @@ size_t fmt_i64(int64_t v, char *out);
 size_t fmt_f64(double v, char *out);
 size_t fmt_f32(float v, char *out);
 
+/* The decimal fmt_f32 writes for v, without its text: *digits (no trailing
+ * zeros) with *exp10 the decimal exponent of its first digit, and *prec the
+ * %g precision fmt_f32 ended on (for its layout).  0, or -1 when v is not
+ * a finite normal float above FLT_MIN or only fmt_f32's snprintf path can
+ * tell (ties, near-ties, far exponents): then take fmt_f32's text. */
+int f32_decimal(float v, uint64_t *digits, int *exp10, int *prec);
+
 /* The value of a hexadecimal digit (either case), -1 for any other character. */
 int hex_digit_value(char c);
 

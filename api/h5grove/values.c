@@ -10,8 +10,48 @@
 
 /* ------------------------------------------------------------- numbers */
 
-/* Re-lays Python's repr of a float (fmt_f64/fmt_f32) as orjson writes it:
- * positional for decimal exponents in [lo, hi), else d[.ddd]e[+-]x. */
+/* orjson's text of the decimal digits[0..nd) (no leading or trailing
+ * zeros but a lone "0") times 10^(e - nd + 1), '-' first when neg:
+ * positional for decimal exponents e in [lo, hi), else d[.ddd]e[+-]x. */
+static size_t orjson_digits(int neg, const char *digits, size_t nd, int e, int lo, int hi,
+                            char *out)
+{
+    size_t o = 0;
+    if (neg)
+        out[o++] = '-';
+    if (e >= lo && e < hi) {
+        if (e >= 0) {
+            for (int k = 0; k <= e; k++)
+                out[o++] = (size_t)k < nd ? digits[k] : '0';
+            out[o++] = '.';
+            if ((size_t)e + 1 < nd)
+                for (size_t k = (size_t)e + 1; k < nd; k++)
+                    out[o++] = digits[k];
+            else
+                out[o++] = '0';
+        } else {
+            out[o++] = '0';
+            out[o++] = '.';
+            for (int k = 0; k < -e - 1; k++)
+                out[o++] = '0';
+            memcpy(out + o, digits, nd);
+            o += nd;
+        }
+    } else {
+        out[o++] = digits[0];
+        if (nd > 1) {
+            out[o++] = '.';
+            memcpy(out + o, digits + 1, nd - 1);
+            o += nd - 1;
+        }
+        o += (size_t)snprintf(out + o, 8, "e%c%d", e < 0 ? '-' : '+', e < 0 ? -e : e);
+    }
+    out[o] = '\0';
+    return o;
+}
+
+/* Re-lays Python's repr of a float (fmt_f64/fmt_f32) as orjson writes it
+ * (orjson_digits). */
 static size_t orjson_layout(const char *repr, size_t n, int lo, int hi, char *out)
 {
     if (!n)
@@ -44,38 +84,7 @@ static size_t orjson_layout(const char *repr, size_t n, int lo, int hi, char *ou
     int e = point - 1 + exp10; /* value = d.ddd x 10^e */
     if (nd == 1 && digits[0] == '0')
         e = 0;
-    size_t o = 0;
-    if (neg)
-        out[o++] = '-';
-    if (e >= lo && e < hi) {
-        if (e >= 0) {
-            for (int k = 0; k <= e; k++)
-                out[o++] = (size_t)k < nd ? digits[k] : '0';
-            out[o++] = '.';
-            if ((size_t)e + 1 < nd)
-                for (size_t k = (size_t)e + 1; k < nd; k++)
-                    out[o++] = digits[k];
-            else
-                out[o++] = '0';
-        } else {
-            out[o++] = '0';
-            out[o++] = '.';
-            for (int k = 0; k < -e - 1; k++)
-                out[o++] = '0';
-            for (size_t k = 0; k < nd; k++)
-                out[o++] = digits[k];
-        }
-    } else {
-        out[o++] = digits[0];
-        if (nd > 1) {
-            out[o++] = '.';
-            for (size_t k = 1; k < nd; k++)
-                out[o++] = digits[k];
-        }
-        o += (size_t)snprintf(out + o, 8, "e%c%d", e < 0 ? '-' : '+', e < 0 ? -e : e);
-    }
-    out[o] = '\0';
-    return o;
+    return orjson_digits(neg, digits, nd, e, lo, hi, out);
 }
 
 size_t grove_fmt_f64(double v, char *out)
@@ -87,6 +96,18 @@ size_t grove_fmt_f64(double v, char *out)
 
 size_t grove_fmt_f32(float v, char *out)
 {
+    uint64_t d;
+    int e, prec;
+    if (f32_decimal(v, &d, &e, &prec) == 0) {
+        /* fmt_f32's decimal without its text: the same layout, one pass */
+        char digits[24];
+        size_t i = sizeof digits;
+        do {
+            digits[--i] = (char)('0' + d % 10);
+            d /= 10;
+        } while (d);
+        return orjson_digits(signbit(v) != 0, digits + i, sizeof digits - i, e, -6, 13, out);
+    }
     char repr[NUMBER_TEXT_MAX];
     size_t n = fmt_f32(v, repr);
     return orjson_layout(repr, n, -6, 13, out);
@@ -385,11 +406,33 @@ static void json_element(json_out *j, const h5g_type *t, const unsigned char *p,
     }
 }
 
+/* The innermost list of a native float32 array: n floats from p, in one
+ * loop without json_element's dispatch. */
+static void json_f32_row(json_out *j, const unsigned char *p, int64_t n)
+{
+    char text[NUMBER_TEXT_MAX];
+    json_out_array_open(j);
+    for (int64_t i = 0; i < n && json_out_ok(j); i++) {
+        float f;
+        memcpy(&f, p + (size_t)i * sizeof f, sizeof f);
+        size_t len = grove_fmt_f32(f, text);
+        len ? json_out_raw(j, text, len) : json_out_null(j);
+    }
+    json_out_array_close(j);
+}
+
 /* Nested arrays over shape[d..], elements from *pos on. */
 static void json_nested(json_out *j, const grove_values *v, int d, uint64_t *pos)
 {
     if (d == v->ndim) {
         json_element(j, v->type, v->data + (*pos)++ * v->type->mem_size, 0);
+        return;
+    }
+    const h5g_type *t = v->type;
+    if (d == v->ndim - 1 && t->cls == GROVE_T_FLOAT && t->size == 4 && t->mem_size == 4 &&
+        t->order == 0) {
+        json_f32_row(j, v->data + *pos * 4, v->shape[d]);
+        *pos += (uint64_t)v->shape[d];
         return;
     }
     json_out_array_open(j);

@@ -28,6 +28,18 @@ def write_types(path: Path) -> None:
         num.create_dataset("f2", data=(rng.standard_normal((3, 4)) * 10).astype("f2"))
         num.create_dataset("f4", data=(rng.standard_normal((4, 5)) * 100).astype("f4"))
         num.create_dataset("f8", data=rng.standard_normal((4, 5)) * 1e-3)
+        # float32 text over the exponents (orjson's positional and e
+        # layouts, subnormals, FLT_MIN, powers of two and ten, ties), and
+        # random bit patterns; under 1e15, so numpy's float32 statistics
+        # stay finite
+        wide = [0.0, -0.0, 5e-45, 1e-40, 1.1754944e-38, 1e-38, 2.0 ** -30, 1e-7, 9.999999e-7,
+                1e-6, 1.234e-6, 1.5e-9, 0.1, 1 / 3, 7.0, 123456.79, 16777216.0, 19617.875,
+                1048576.5, 2567.06665, 2.0 ** 40, 9.999999e12, 1e13, 2.5e13, 1e14, 3.0e14]
+        bits = (rng.integers(60, 175, 256 - len(wide), dtype=np.uint32) << 23
+                | rng.integers(0, 1 << 23, 256 - len(wide), dtype=np.uint32)
+                | (rng.integers(0, 2, 256 - len(wide), dtype=np.uint32) << 31))
+        num.create_dataset("f4_wide", data=np.concatenate(
+            [np.array(wide, dtype="f4"), bits.view("f4")]).reshape(16, 16))
         num.create_dataset("f8_big", data=np.array([1e-7, 1e20, 1.5e-5, 123456.789, -0.0, 3.0]))
         num.create_dataset("f4_be", data=np.arange(6, dtype=">f4").reshape(2, 3) / 3)
         num.create_dataset("i4_be", data=np.arange(-3, 3, dtype=">i4"))
