@@ -796,23 +796,25 @@ static herr_t attr_cb(hid_t loc, const char *name, const H5A_info_t *info, void 
     return 0;
 }
 
-/* Whether obj tracks (and indexes) the creation order of its attributes. */
+/* Whether obj tracks the creation order of its attributes (what h5py asks
+ * its creation property list).  Read from the object header's flags, which
+ * that list is made from: getting the list copies every property of it,
+ * the better part of a group's /meta/ of many datasets. */
 static int attrs_by_creation(hid_t obj)
 {
-    hid_t cpl = H5I_INVALID_HID;
-    switch (H5Iget_type(obj)) {
-    case H5I_GROUP: cpl = H5Gget_create_plist(obj); break;
-    case H5I_DATASET: cpl = H5Dget_create_plist(obj); break;
-    case H5I_DATATYPE: cpl = H5Tget_create_plist(obj); break;
-    default: return 0;
-    }
-    unsigned crt = 0;
-    if (cpl >= 0) {
-        if (H5Pget_attr_creation_order(cpl, &crt) < 0)
-            crt = 0;
-        H5Pclose(cpl);
-    }
-    return (crt & H5P_CRT_ORDER_TRACKED) != 0;
+    H5I_type_t type = H5Iget_type(obj);
+    if (type != H5I_GROUP && type != H5I_DATASET && type != H5I_DATATYPE)
+        return 0;
+#if H5_VERSION_GE(1, 12, 0)
+    H5O_native_info_t info;
+    if (H5Oget_native_info(obj, &info, H5O_NATIVE_INFO_HDR) < 0)
+        return 0;
+#else
+    H5O_info_t info;
+    if (H5Oget_info2(obj, &info, H5O_INFO_HDR) < 0)
+        return 0;
+#endif
+    return (info.hdr.flags & H5O_HDR_ATTR_CRT_ORDER_TRACKED) != 0;
 }
 
 static int attrs_locked(const h5g_object *o, int with_values, arena *a, h5g_attr **out,
