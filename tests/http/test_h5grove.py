@@ -2,8 +2,9 @@
 
 PyPI's h5grove 4.0.0 (its tornado app, tests/http/h5grove_reference.py)
 serves the same folder on 127.0.0.1, and every request below goes to both:
-/meta/, /attr/, /paths/, /data/ (json, bin, npy, csv, tiff; dtype origin
-and safe; selections; flatten) and /stats/ over every path of files that
+/meta/, /attr/ (all, or attr_keys: known, several, repeated, unknown),
+/paths/, /data/ (json, bin, npy, csv, tiff; dtype default, origin and
+safe; selections; flatten) and /stats/ over every path of files that
 h5py wrote with every dtype it writes (ints, floats, bools, fixed and
 variable strings, compound, opaque, enum, complex), scalars, empty arrays,
 chunked and compressed datasets, soft, hard and external links, broken
@@ -149,6 +150,29 @@ SELECTIONS = {1: ["0", "1:3", "::2", "-1", "-2:", "2:1", "1:", ":"],
               3: ["1", "0,1", ":,1,::2", "1,2,3"]}
 
 
+def attr_names(path: Path, name: str) -> list[str]:
+    """The attribute names of the object at name (h5py's order), [] where
+    there is none or no object."""
+    with h5py.File(path, "r") as f:
+        try:
+            return list(f[name].attrs.keys())
+        except (KeyError, OSError):
+            return []
+
+
+def attr_requests(f: list[tuple[str, str]], names: list[str]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """/attr/ with attr_keys: one known key, several (repeated parameter, in
+    another order than the file's), the same key twice, an unknown key, and
+    an unknown beside a known one."""
+    reqs = [("attr", f + [("attr_keys", "no_such_attr")])]
+    if names:
+        reqs += [("attr", f + [("attr_keys", names[0])]),
+                 ("attr", f + [("attr_keys", k) for k in reversed(names)]),
+                 ("attr", f + [("attr_keys", names[-1]), ("attr_keys", names[-1])]),
+                 ("attr", f + [("attr_keys", names[0]), ("attr_keys", "no_such_attr")])]
+    return reqs
+
+
 def requests_for(root: Path) -> list[tuple[str, list[tuple[str, str]]]]:
     reqs = []
     kinds = file_paths(root / TYPES)
@@ -157,6 +181,7 @@ def requests_for(root: Path) -> list[tuple[str, list[tuple[str, str]]]]:
         for links in (None, "none", "all", "only_valid"):
             reqs.append(("meta", f + ([("resolve_links", links)] if links else [])))
         reqs.append(("attr", f))
+        reqs += attr_requests(f, attr_names(root / TYPES, p) if kind != "external" else [])
         if kind == "group":
             reqs.append(("paths", f))
             reqs.append(("paths", f + [("resolve_links", "none")]))
@@ -166,7 +191,7 @@ def requests_for(root: Path) -> list[tuple[str, list[tuple[str, str]]]]:
                 reqs.append(("data", f))
             continue
         for fmt in (None, "json", "bin", "npy", "csv", "tiff"):
-            for dtype in (None, "safe"):
+            for dtype in (None, "origin", "safe"):
                 q = f + ([("format", fmt)] if fmt else []) + ([("dtype", dtype)] if dtype else [])
                 reqs.append(("data", q))
         for sel in SELECTIONS.get(ndim, []):
