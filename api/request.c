@@ -459,7 +459,8 @@ int api_open_store(api_request *req, cellar_error *err)
         return cellar_fail(err, CELLAR_ENOTFOUND, "no store named in the path");
     if (!api_may_read(req, req->store_name))
         return registry_fail_unknown(err, req->store_name);
-    return registry_get(req->registry, req->store_name, &req->store, err);
+    return req->hdf5_names ? registry_get_hdf5(req->registry, req->store_name, &req->store, err)
+                           : registry_get(req->registry, req->store_name, &req->store, err);
 }
 
 int api_check_plain_json(const api_request *req, cellar_error *err)

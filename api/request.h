@@ -54,6 +54,7 @@ typedef struct api_request {
 
     /* Path parts, percent-decoded one segment at a time after routing. */
     const char *store_name;    /* NULL on routes without a store */
+    int hdf5_names;            /* store_name may be any HDF5 file's (registry_get_hdf5) */
     store *store;              /* the referenced version, NULL until resolved */
     const char *mod;           /* /mod/{mod}, or {mod} of obsmap/varmap; else NULL */
     int raw;                   /* the route went through {ad}/raw/ */

@@ -122,6 +122,9 @@ struct registry {
 
 /* ".zip" also takes ".zarr.zip": a zarr store in a zip file. */
 static const char *const store_suffixes[] = {".h5ad", ".h5mu", ".h5td", ".h5", ".zarr", ".zip"};
+/* Other names of HDF5 files (NeXus, HDF-EOS), which only registry_get_hdf5
+ * opens: no store suffix, so the store routes and listings never see them. */
+static const char *const hdf5_file_suffixes[] = {".hdf5", ".nxs", ".nx", ".he5"};
 
 static double now_seconds(void)
 {
@@ -163,6 +166,14 @@ static int segment_is_store(const char *s, size_t len)
     return 0;
 }
 
+static int is_hdf5_file_name(const char *s, size_t len)
+{
+    for (size_t i = 0; i < sizeof hdf5_file_suffixes / sizeof *hdf5_file_suffixes; i++)
+        if (has_suffix(s, len, hdf5_file_suffixes[i]))
+            return 1;
+    return 0;
+}
+
 static store_kind kind_from_suffix(const char *name)
 {
     size_t len = strlen(name);
@@ -196,9 +207,9 @@ int registry_split_name(const char *path, arena *a, const char **name, const cha
 }
 
 /* A store name is a relative path of plain segments ending in a store
- * suffix: no "", ".", ".." segments, no leading '/', no backslashes or
- * control characters. */
-static int name_is_safe(const char *name)
+ * suffix (or, with hdf5_names, in one of hdf5_file_suffixes): no "", ".",
+ * ".." segments, no leading '/', no backslashes or control characters. */
+static int name_is_safe(const char *name, int hdf5_names)
 {
     size_t len = strlen(name);
     if (len == 0 || len > 1024 || name[0] == '/')
@@ -216,7 +227,8 @@ static int name_is_safe(const char *name)
     for (const char *p = name; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == '\\' || *p == 0x7f)
             return 0;
-    return segment_is_store(name, len) && !strstr(name, "//");
+    return (segment_is_store(name, len) || (hdf5_names && is_hdf5_file_name(name, len))) &&
+           !strstr(name, "//");
 }
 
 int registry_fail_unknown(cellar_error *err, const char *name)
@@ -226,12 +238,13 @@ int registry_fail_unknown(cellar_error *err, const char *name)
 
 /* Resolves name against the root to a canonical path that is still inside
  * the root (symlinks followed, then checked). Returns a malloc'd path. */
-static int resolve_inside(registry *r, const char *name, char **out, cellar_error *err)
+static int resolve_inside(registry *r, const char *name, int hdf5_names, char **out,
+                          cellar_error *err)
 {
     *out = NULL;
     if (!r->root)
         return registry_fail_unknown(err, name);
-    if (!name_is_safe(name)) {
+    if (!name_is_safe(name, hdf5_names)) {
         fprintf(stderr, "cellar: refused store name '%.200s' (not a plain relative name)\n",
                 name);
         return registry_fail_unknown(err, name);
@@ -894,9 +907,9 @@ static int open_and_install(registry *r, const char *name, const char *path,
  * was resolved and checked to be inside the root when the version opened,
  * so no realpath is needed; anything else (a new file, a retargeted or
  * broken symlink, a name never opened) returns NULL for the full path. */
-static store *take_unchanged(registry *r, const char *name)
+static store *take_unchanged(registry *r, const char *name, int hdf5_names)
 {
-    if (!r->root || !name_is_safe(name))
+    if (!r->root || !name_is_safe(name, hdf5_names))
         return NULL;
     char joined[PATH_MAX];
     int n = snprintf(joined, sizeof joined, "%s/%s", r->root, name);
@@ -946,7 +959,7 @@ static int probe_remote(registry *r, const char *name, const file_identity *id,
  * saw an object change under it), then the version of that identity. */
 static int get_remote(registry *r, const char *name, store **out, cellar_error *err)
 {
-    if (!name_is_safe(name))
+    if (!name_is_safe(name, 0))
         return registry_fail_unknown(err, name);
     pthread_mutex_lock(&r->lock);
     store *cur = find_open(r, name, NULL);
@@ -1022,19 +1035,19 @@ static int targets_build(registry *r, const char *name, const char *path, const 
     return 0;
 }
 
-int registry_get(registry *r, const char *name, store **out, cellar_error *err)
+/* registry_get of a name under the root; hdf5_names: also the names of
+ * registry_get_hdf5, which are never looked up remotely. */
+static int get_local(registry *r, const char *name, int hdf5_names, store **out,
+                     cellar_error *err)
 {
-    *out = NULL;
-    if (r->cfg.remote && remote_roots_is_mount(r->cfg.remote, name))
-        return get_remote(r, name, out, err);
-    *out = take_unchanged(r, name);
+    *out = take_unchanged(r, name, hdf5_names);
     if (*out)
         return 0;
     char *path = NULL;
     cellar_error local;
     cellar_error_clear(&local);
-    int rc = resolve_inside(r, name, &path, &local);
-    if (rc == CELLAR_ENOTFOUND && remote_roots_has_s3(r->cfg.remote))
+    int rc = resolve_inside(r, name, hdf5_names, &path, &local);
+    if (rc == CELLAR_ENOTFOUND && !hdf5_names && remote_roots_has_s3(r->cfg.remote))
         return get_remote(r, name, out, err);
     if (rc)
         return cellar_fail(err, rc, "%s", local.detail);
@@ -1073,6 +1086,23 @@ int registry_get(registry *r, const char *name, store **out, cellar_error *err)
         ext_targets_free(ext);
     free(path);
     return rc;
+}
+
+int registry_get(registry *r, const char *name, store **out, cellar_error *err)
+{
+    *out = NULL;
+    if (r->cfg.remote && remote_roots_is_mount(r->cfg.remote, name))
+        return get_remote(r, name, out, err);
+    return get_local(r, name, 0, out, err);
+}
+
+int registry_get_hdf5(registry *r, const char *name, store **out, cellar_error *err)
+{
+    size_t len = strlen(name);
+    *out = NULL;
+    if (segment_is_store(name, len) || !is_hdf5_file_name(name, len))
+        return registry_get(r, name, out, err);
+    return get_local(r, name, 1, out, err);
 }
 
 store *store_ref(store *s)
@@ -1248,7 +1278,7 @@ static int listing_walk(registry *r, listing_acc *acc, const char *rel, int dept
         char *real = NULL;
         /* Names that are not store names (README.md, folders) are passed
          * over quietly: resolve_inside logs refusals for requests. */
-        if (!name_is_safe(child_rel) || resolve_inside(r, child_rel, &real, NULL) != 0) {
+        if (!name_is_safe(child_rel, 0) || resolve_inside(r, child_rel, 0, &real, NULL) != 0) {
             /* Not a store name: maybe a folder to descend into. */
             char full[PATH_MAX];
             int fw = snprintf(full, sizeof full, "%s/%s", r->root, child_rel);
@@ -1296,7 +1326,7 @@ static int listing_remote(registry *r, listing_acc *acc, cellar_error *err)
         for (size_t j = 0; j < local && !shadowed; j++)
             shadowed = !strcmp(acc->items[j].name, items[i].name) &&
                        !remote_roots_is_mount(r->cfg.remote, items[i].name);
-        if (shadowed || !name_is_safe(items[i].name))
+        if (shadowed || !name_is_safe(items[i].name, 0))
             continue;
         struct stat st;
         memset(&st, 0, sizeof st);

@@ -64,6 +64,13 @@ void registry_free(registry *r);
  * keeps changing or could not be probed now. */
 int registry_get(registry *r, const char *name, store **out, cellar_error *err);
 
+/* registry_get that also opens a local file whose name ends in .hdf5, .nxs,
+ * .nx or .he5 (no store suffix: the h5grove routes serve any HDF5 file
+ * under the root), as an HDF5 store of unknown kind, probed first like
+ * every HDF5 version.  Such names are never remote, and the store routes
+ * and the store list never see them. */
+int registry_get_hdf5(registry *r, const char *name, store **out, cellar_error *err);
+
 /* Fills err with the CELLAR_ENOTFOUND of a store named name that is not
  * there, the one registry_get gives, and returns it: a caller refusing a
  * store that is there answers the same. */

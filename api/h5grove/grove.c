@@ -50,6 +50,7 @@ int api_h5grove_store(api_request *req, cellar_error *err)
     if (!file)
         return cellar_fail(err, CELLAR_EFORMAT, "Missing argument file");
     req->store_name = file;
+    req->hdf5_names = 1; /* "any HDF5 file under the root" (issue 14) */
     return 0;
 }
 

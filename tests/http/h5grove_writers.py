@@ -137,6 +137,26 @@ def write_other(path: Path) -> None:
         f.create_dataset("data", data=np.arange(5, dtype="i4"))
 
 
+def write_nexus(path: Path) -> None:
+    """A NeXus-like scan (NXentry, NXdata with its signal and axes, units
+    and string attributes, a gzip-chunked float32 detector image), as the
+    files named .nxs, .nx, .hdf5 and .he5 that h5web users open."""
+    rng = np.random.default_rng(RNG_SEED + 1)
+    with h5py.File(path, "w") as f:
+        f.attrs["NX_class"], f.attrs["default"] = "NXroot", "entry"
+        entry = f.create_group("entry")
+        entry.attrs["NX_class"], entry.attrs["default"] = "NXentry", "data"
+        entry.create_dataset("title", data="a scan", dtype=h5py.string_dtype())
+        data = entry.create_group("data")
+        data.attrs["NX_class"], data.attrs["signal"] = "NXdata", "counts"
+        data.attrs.create("axes", [".", "x"], dtype=h5py.string_dtype())
+        counts = data.create_dataset("counts", data=(rng.standard_normal((12, 40)) * 1e3).astype("f4"),
+                                     chunks=(4, 40), compression="gzip")
+        counts.attrs["units"] = "counts"
+        x = data.create_dataset("x", data=np.linspace(0.0, 1.0, 40))
+        x.attrs["units"] = "mm"
+
+
 def write_bench(path: Path, rows: int = 2000, cols: int = 500) -> None:
     """A chunked float32 matrix and a group of small datasets (make bench)."""
     rng = np.random.default_rng(RNG_SEED)
@@ -154,3 +174,5 @@ def write_all(root: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
     write_types(root / "types.h5")
     write_other(root / "other.h5")
+    write_nexus(root / "scan.nxs")
+    write_nexus(root / "scan.hdf5")

@@ -360,6 +360,57 @@ def test_every_route_and_format_as_h5grove(grove_root, reference, cellar):
     assert outcomes.get("same error", 0) > 10, outcomes
 
 
+NEXUS_FILES = ("scan.nxs", "scan.hdf5")
+
+
+def nexus_requests(name: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Every route of h5web's session on a NeXus file (h5grove_writers.write_nexus)."""
+    reqs = []
+    for p in ("/", "/entry", "/entry/data", "/entry/data/counts", "/entry/data/x", "/entry/title"):
+        f = [("file", name), ("path", p)]
+        reqs += [("meta", f), ("attr", f)]
+        if p.count("/") < 3 and p != "/entry/title":
+            reqs.append(("paths", f))
+    counts = [("file", name), ("path", "/entry/data/counts")]
+    for q in ([], [("selection", "2:9,::3")], [("format", "bin"), ("dtype", "safe")],
+              [("selection", "1"), ("format", "npy")], [("format", "csv")], [("format", "tiff")]):
+        reqs.append(("data", counts + q))
+    reqs += [("data", [("file", name), ("path", "/entry/data/x")]),
+             ("data", [("file", name), ("path", "/entry/title")]),
+             ("stats", counts), ("attr", counts + [("attr_keys", "units")])]
+    return reqs
+
+
+def test_hdf5_file_names_as_h5grove(grove_root, reference, cellar):
+    """Files named as HDF5 files are but not as stores (.nxs, .hdf5) are
+    served by the h5grove routes as by h5grove, after a probe walked them,
+    and stay out of the store routes and the store list."""
+    probes = metric_sum(cellar, "cellar_probes_total")
+    for name in NEXUS_FILES:
+        for route, params in nexus_requests(name):
+            ref, got = both(reference, cellar, route, params)
+            assert ref.status_code == 200, (route, params, ref.text[:200])
+            assert check_same(ref, got, route, params, grove_root) in ("same bytes", "same image")
+        assert requests.get(f"{cellar.base}/v1/stores/{name}").status_code == 404
+    assert metric_sum(cellar, "cellar_probes_total") >= probes + len(NEXUS_FILES)
+    listed = {s["name"] for s in requests.get(cellar.base + "/v1/stores").json()["stores"]}
+    assert TYPES in listed and not listed & set(NEXUS_FILES)
+    # the suffixes only, not any name: a file without one is no HDF5 file here
+    (grove_root / "scan.txt").write_bytes((grove_root / "scan.nxs").read_bytes())
+    try:
+        got = requests.get(cellar.base + "/h5grove/meta/", params={"file": "scan.txt"})
+        assert got.status_code == 404
+    finally:
+        (grove_root / "scan.txt").unlink()
+
+
+def metric_sum(srv, name: str) -> float:
+    """The sum of a metric over its labels."""
+    text = requests.get(srv.base + "/metrics").text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
 def test_errors_and_routes(grove_root, reference, cellar):
     c = cellar.base + "/h5grove"
     assert requests.get(c + "/").text == "ok"
