@@ -207,7 +207,7 @@ static const h5g_type *grove_node_type(dtype_kind k, arena *a)
 /* The values through the node backend (direct reads, no libhdf5 for
  * metadata): 1 when it took the request, 0 to go the general way. */
 static int read_by_node(api_request *req, const char *path, const char *sel_text,
-                        grove_values *v, cellar_error *err, int *rc)
+                        grove_values *v, buf *into, cellar_error *err, int *rc)
 {
     node *n = NULL;
     cellar_error local;
@@ -253,7 +253,8 @@ static int read_by_node(api_request *req, const char *path, const char *sel_text
         *rc = api_check_budget(req, bytes, "values", t->mem_size, err);
         return 1;
     }
-    unsigned char *data = arena_alloc(req->arena, bytes ? bytes : 1);
+    unsigned char *data = into ? (unsigned char *)buf_reserve(into, bytes ? bytes : 1)
+                               : arena_alloc(req->arena, bytes ? bytes : 1);
     if (!data) {
         *rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory");
         return 1;
@@ -263,16 +264,18 @@ static int read_by_node(api_request *req, const char *path, const char *sel_text
     return 1;
 }
 
-/* The values of the dataset at path, as h5py's dataset[selection]. */
+/* The values of the dataset at path, as h5py's dataset[selection].  into:
+ * when not NULL, values the node backend reads go into its reserved room
+ * (grove_encode_bin then only counts them in), else into the arena. */
 static int read_values(api_request *req, const char *path, h5g_links links,
-                       const char *sel_text, grove_values *v, cellar_error *err)
+                       const char *sel_text, grove_values *v, buf *into, cellar_error *err)
 {
     memset(v, 0, sizeof *v);
     int rc = grove_open_store(req, err);
     if (rc)
         return rc;
     if (links != GROVE_LINKS_NONE && store_get_backend(req->store) == BACKEND_HDF5 &&
-        read_by_node(req, path, sel_text, v, err, &rc))
+        read_by_node(req, path, sel_text, v, into, err, &rc))
         return rc;
     h5g_object o;
     rc = grove_open(req, path, links, &o, err);
@@ -335,7 +338,9 @@ int api_h5grove_data(api_request *req, api_response *res, cellar_error *err)
     const char *format = grove_param(req, "format");
     const char *path = grove_path(req);
     grove_values v;
-    rc = read_values(req, path, links, grove_param(req, "selection"), &v, err);
+    /* bin sends the values as read: read them where the body goes */
+    buf *into = format && !strcmp(format, "bin") ? &res->body : NULL;
+    rc = read_values(req, path, links, grove_param(req, "selection"), &v, into, err);
     if (rc)
         return rc;
     if (dtype && strcmp(dtype, "origin") && strcmp(dtype, "safe"))
@@ -554,7 +559,7 @@ int api_h5grove_stats(api_request *req, api_response *res, cellar_error *err)
         return rc;
     const char *path = grove_path(req);
     grove_values v;
-    rc = read_values(req, path, links, grove_param(req, "selection"), &v, err);
+    rc = read_values(req, path, links, grove_param(req, "selection"), &v, NULL, err);
     if (rc)
         return rc;
     if (v.ndim >= 0 && v.count == 0)

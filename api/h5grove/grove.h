@@ -60,7 +60,8 @@ int grove_make_scalar(grove_values *v, arena *a, cellar_error *err);
 
 /* The encodings of /data/ (format=bin, npy, csv, tiff) appended to out.
  * Each returns 0, or CELLAR_EFORMAT (422) with h5grove's message when the
- * values cannot be encoded so. */
+ * values cannot be encoded so.  bin of values that already lie in out's
+ * reserved room, just past its length, only counts them in. */
 int grove_encode_bin(const grove_values *v, buf *out, cellar_error *err);
 int grove_encode_npy(const grove_values *v, arena *a, buf *out, cellar_error *err);
 int grove_encode_csv(const grove_values *v, buf *out, cellar_error *err);

@@ -551,7 +551,12 @@ int grove_encode_bin(const grove_values *v, buf *out, cellar_error *err)
     if (t->mem_size != t->size || (t->cls == GROVE_T_STRING && t->vlen_str))
         return cellar_fail(err, CELLAR_EFORMAT,
                            "Unsupported encoding bin for variable-length values");
-    if (v->count && buf_append(out, v->data, v->count * t->size))
+    size_t n = v->count * t->size;
+    if (v->count && v->data == (const unsigned char *)out->data + out->len) {
+        out->len += n; /* read into out's reserved room (api/h5grove/data.c) */
+        return 0;
+    }
+    if (v->count && buf_append(out, v->data, n))
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
     return 0;
 }
