@@ -1,5 +1,6 @@
 /* Unit tests of storage/remote/: the ListObjectsV2 parser, S3 key
- * encoding, the remote byte cache and the credentials file. */
+ * encoding, the remote byte cache, the credentials file and the URLs of
+ * S3 objects. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include "common/error.h"
 #include "storage/remote/remote_cache.h"
 #include "storage/remote/remote_store.h"
+#include "storage/remote/remote_store_impl.h"
 #include "storage/remote/s3_list.h"
 #include "tests/unit/unit.h"
 
@@ -266,4 +268,44 @@ void test_remote_cache_spill(void)
     remote_cache_free(c);
     CHECK(access(path, F_OK) != 0); /* the process's directory is gone */
     rmdir(dir);
+}
+
+/* The URL of s3://my-bucket/KEY for an endpoint and an addressing style. */
+static void s3_object_url(const char *endpoint, int path_style, const char *region,
+                          const char *key, char *out, size_t size)
+{
+    remote_roots_config cfg = {.s3_endpoint = endpoint, .path_style = path_style,
+                               .client = {.region = region}};
+    cellar_error err;
+    cellar_error_clear(&err);
+    remote_roots *r = remote_roots_new(&cfg, &err);
+    remote_loc l;
+    out[0] = '\0';
+    CHECK(r != NULL);
+    if (r && remote_loc_s3(r, "my-bucket", key, &l) == 0)
+        snprintf(out, size, "%s", l.url);
+    remote_roots_free(r);
+}
+
+void test_remote_s3_urls(void);
+void test_remote_s3_urls(void)
+{
+    char url[2048];
+    /* Path style off: the bucket is a host name below the endpoint's
+     * (its port kept), the key percent-encoded but for its slashes. */
+    s3_object_url("https://s3.example.org:9000/", 0, NULL, "lab/Zellatlas f\xc3\xbcr 3k.zarr/X/0.0",
+                  url, sizeof url);
+    CHECK_STR_EQ(url, "https://my-bucket.s3.example.org:9000/lab/Zellatlas%20f%C3%BCr%203k.zarr/X/0.0");
+    s3_object_url("http://minio.internal", 0, NULL, "a.h5ad", url, sizeof url);
+    CHECK_STR_EQ(url, "http://my-bucket.minio.internal/a.h5ad");
+    /* No endpoint: AWS's of the region, virtual hosts by default. */
+    s3_object_url(NULL, -1, "eu-central-1", "a/b.zarr", url, sizeof url);
+    CHECK_STR_EQ(url, "https://my-bucket.s3.eu-central-1.amazonaws.com/a/b.zarr");
+    s3_object_url(NULL, -1, NULL, "", url, sizeof url);
+    CHECK_STR_EQ(url, "https://my-bucket.s3.us-east-1.amazonaws.com/");
+    /* Path style: on with an endpoint unless asked otherwise, or by hand. */
+    s3_object_url("http://127.0.0.1:8333", -1, NULL, "a b", url, sizeof url);
+    CHECK_STR_EQ(url, "http://127.0.0.1:8333/my-bucket/a%20b");
+    s3_object_url(NULL, 1, "eu-central-1", "k", url, sizeof url);
+    CHECK_STR_EQ(url, "https://s3.eu-central-1.amazonaws.com/my-bucket/k");
 }
