@@ -29,10 +29,26 @@ typedef struct rzarr {
     uint64_t tag;
     char name[1025];
     _Atomic int64_t changed;
-    /* Plain HTTP: keys fetched since the last check that the root
-     * documents are still the version's (remote_source_unchanged). */
-    _Atomic unsigned fetched;
+    /* Plain HTTP, where no listing ties a key to the version: fetch_seq
+     * counts the keys fetched (and the cached ones this source has not
+     * vouched for), verified_seq the count a check of the root documents
+     * begun after them found unchanged (remote_source_unchanged). */
+    uint64_t serial; /* this source among every one opened */
+    _Atomic uint64_t fetch_seq, verified_seq;
 } rzarr;
+
+/* Plain HTTP: what the first GET of a key told, kept in the byte cache
+ * under the version (beside its first bytes), with the source and the
+ * fetch that read it. */
+typedef struct http_head {
+    uint64_t serial, seq;
+    uint64_t size;
+    int64_t mtime;
+    uint32_t found, prefix_len;
+    char etag[160];
+} http_head;
+
+static _Atomic uint64_t next_serial = 1;
 
 /* One opened key. */
 typedef struct rkey {
@@ -138,12 +154,66 @@ static int key_url(const rzarr *z, const char *rel, char *out, size_t size)
     return s3_encode(rel, 1, out, size);
 }
 
-/* Plain HTTP: the key's first bytes, which tell its size and ETag. */
+static void http_ids(const rzarr *z, const char *url, char *head, char *prefix, size_t size)
+{
+    snprintf(head, size, "%s\n%s\nhead", url, z->version);
+    snprintf(prefix, size, "%s\n%s\nprefix", url, z->version);
+}
+
+/* Takes what h (found in the cache) tells of the key.  A record another
+ * source, or a fetch no check has vouched for yet, read counts as a fetch
+ * of this source (the answer is checked against the root documents) and
+ * is kept as this source's.  0, or -1 when the first bytes are gone. */
+static int http_take_cached(rzarr *z, http_head *h, const char *hid, const char *pid,
+                            rkey *rk, zarr_key *k)
+{
+    uint8_t *p = NULL;
+    if (h->prefix_len > HTTP_PREFIX_BYTES || h->prefix_len > h->size)
+        return -1;
+    if (h->prefix_len && (!(p = malloc(h->prefix_len)) ||
+                          !remote_cache_get(z->cache, pid, 0, h->prefix_len, p))) {
+        free(p);
+        return -1;
+    }
+    if (h->serial != z->serial || h->seq > atomic_load(&z->verified_seq)) {
+        h->serial = z->serial;
+        h->seq = atomic_fetch_add(&z->fetch_seq, 1) + 1;
+        remote_cache_put(z->cache, hid, 0, h, sizeof *h);
+    }
+    k->found = (int)h->found;
+    k->size = h->size;
+    k->mtime = (struct timespec){(time_t)h->mtime, 0};
+    snprintf(rk->etag, sizeof rk->etag, "%s", h->etag);
+    rk->prefix = p;
+    rk->prefix_len = h->prefix_len;
+    return 0;
+}
+
+/* Keeps what the first GET of a key told (resp: its first bytes). */
+static void http_keep(rzarr *z, const char *hid, const char *pid, const zarr_key *k,
+                      const remote_response *resp)
+{
+    http_head h = {.serial = z->serial, .seq = atomic_fetch_add(&z->fetch_seq, 1) + 1,
+                   .size = k->size, .mtime = (int64_t)k->mtime.tv_sec, .found = (uint32_t)k->found,
+                   .prefix_len = k->found ? (uint32_t)resp->len : 0};
+    snprintf(h.etag, sizeof h.etag, "%s", resp->etag);
+    if (h.prefix_len)
+        remote_cache_put(z->cache, pid, 0, resp->body, h.prefix_len);
+    remote_cache_put(z->cache, hid, 0, &h, sizeof h);
+}
+
+/* Plain HTTP: the key's first bytes, which tell its size and ETag; kept
+ * in the byte cache for the version, so a warm request sends nothing. */
 static int http_open(rzarr *z, rkey *rk, zarr_key *k, cellar_error *err)
 {
+    char hid[2900], pid[2900];
+    http_ids(z, rk->url, hid, pid, sizeof hid);
+    http_head h;
+    if (remote_cache_get(z->cache, hid, 0, sizeof h, &h) &&
+        http_take_cached(z, &h, hid, pid, rk, k) == 0)
+        return 0;
     remote_request q = {.url = rk->url, .sign = z->loc.s3, .ranged = 1, .off = 0,
                         .len = HTTP_PREFIX_BYTES, .max_bytes = HTTP_PREFIX_BYTES};
-    atomic_fetch_add(&z->fetched, 1);
     remote_response resp = {0};
     int rc = remote_fetch(z->client, &q, &resp, err);
     char where[600];
@@ -151,6 +221,7 @@ static int http_open(rzarr *z, rkey *rk, zarr_key *k, cellar_error *err)
     if (rc)
         return rc;
     if (resp.status == 404 || resp.status == 410) {
+        http_keep(z, hid, pid, k, &resp);
         remote_response_clear(&resp);
         return 0;
     }
@@ -170,6 +241,7 @@ static int http_open(rzarr *z, rkey *rk, zarr_key *k, cellar_error *err)
     }
     snprintf(rk->etag, sizeof rk->etag, "%s", resp.etag);
     k->mtime = (struct timespec){resp.mtime, 0};
+    http_keep(z, hid, pid, k, &resp);
     rk->prefix = resp.body;
     rk->prefix_len = resp.len;
     resp.body = NULL;
@@ -214,8 +286,10 @@ static int rz_read_key(zarr_source *s, zarr_key *k, uint64_t off, size_t n, void
             memcpy(buf, rk->prefix + off, n);
         return 0;
     }
-    if (!z->listing)
-        atomic_fetch_add(&z->fetched, 1);
+    /* Past its first bytes, a plain HTTP key is read with If-Match of the
+     * ETag its first GET told: only a key without one needs a check. */
+    if (!z->listing && !rk->etag[0])
+        atomic_fetch_add(&z->fetch_seq, 1);
     return ranged_read(z->client, z->cache, rk->url, z->loc.s3, rk->etag, z->version, k->size,
                        off, n, buf, &z->changed, what, err);
 }
@@ -371,7 +445,9 @@ int remote_roots_open_zarr(remote_roots *r, const char *name, zarr_source **out,
     snprintf(z->name, sizeof z->name, "%s", name);
     z->tag = t.tag;
     atomic_init(&z->changed, unsettled_since(z->listing));
-    atomic_init(&z->fetched, 0);
+    z->serial = atomic_fetch_add(&next_serial, 1);
+    atomic_init(&z->fetch_seq, 0);
+    atomic_init(&z->verified_seq, 0);
     *out = &z->base;
     return 0;
 }
@@ -381,7 +457,8 @@ int remote_source_unchanged(remote_roots *r, zarr_source *src)
     if (!src || src->ops != &rzarr_ops)
         return 1;
     rzarr *z = (rzarr *)src;
-    if (z->listing || atomic_exchange(&z->fetched, 0) == 0)
+    uint64_t seq = atomic_load(&z->fetch_seq);
+    if (z->listing || seq <= atomic_load(&z->verified_seq))
         return 1;
     remote_identity id;
     cellar_error err;
@@ -389,10 +466,15 @@ int remote_source_unchanged(remote_roots *r, zarr_source *src)
     /* A root document that cannot be fetched now says nothing of a change. */
     if (remote_roots_identity(r, z->name, 1, 1, &id, &err) != 0)
         return 1;
-    if (id.tag == z->tag)
-        return 1;
-    note_changed(&z->changed);
-    return 0;
+    if (id.tag != z->tag) {
+        note_changed(&z->changed);
+        return 0;
+    }
+    /* Every fetch counted before the check began is of this version. */
+    uint64_t was = atomic_load(&z->verified_seq);
+    while (seq > was && !atomic_compare_exchange_weak(&z->verified_seq, &was, seq))
+        ;
+    return 1;
 }
 
 /* ---- one object ---- */

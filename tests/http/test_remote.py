@@ -19,6 +19,7 @@ reports an S3 root that cannot be listed.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import time
 import warnings
@@ -361,6 +362,36 @@ def test_chunks_one_request_needs_are_fetched_together(here_root, weed, web, cre
     assert _metric(s, "cellar_remote_cache_hits_total") - hits0 >= chunks
 
 
+def test_identities_are_not_fetched_again_within_the_recheck(here_root, weed, web, creds,
+                                                             server_factory):
+    """Within --remote-recheck-seconds of its identity's last fetch, a
+    store answers from what is cached without one request to the remote
+    (no listing, HEAD or GET); once the interval has passed, the next
+    request fetches the identity again."""
+    recheck = 4.0
+    s = server_factory(here_root, *remote_args(weed, web, creds, "--remote-recheck-seconds",
+                                               str(recheck), "--answer-cache-bytes", "0"))
+    asked = [(ZW.AD_V3_DIR, "X?format=bin"), (AD_H5, "obs?rows=0:5"), (AD_H5, "X?format=bin"),
+             ("web/" + ZW.AD_V2_DIR, "obs"), ("ad_v2_stored.zip", "X?format=bin")]
+    for _ in range(2):
+        for store, route in asked:
+            assert get(s, store, route).status_code == 200, (store, route)
+    time.sleep(recheck + 0.2)
+    n0 = _metric(s, "cellar_remote_requests_total")
+    for store, route in asked:
+        assert get(s, store, route).status_code == 200, (store, route)
+    t1 = time.monotonic()
+    n1 = _metric(s, "cellar_remote_requests_total")
+    assert n1 - n0 >= 4  # a listing, two HEADs of objects, the web store's root document
+    answered = 0
+    while time.monotonic() < t1 + recheck / 2:
+        for store, route in asked:
+            assert get(s, store, route).status_code == 200, (store, route)
+            answered += 1
+    assert answered >= len(asked)
+    assert _metric(s, "cellar_remote_requests_total") == n1
+
+
 def test_remote_bytes_spill_to_the_cache_dir(tmp_path, here_root, weed, web, creds,
                                              server_factory, local):
     """With --cache-dir, remote bytes pushed out of a small
@@ -497,8 +528,15 @@ def test_http_mount_replaced(tmp_path, zroot, server_factory, creds, weed):
         ra = get(s, "m/s.zarr", "X?format=bin")
         assert ra.status_code == 200, ra.text[:300]
         da = _digest(ra)
+        # The new directory as a writer would leave it: files newer than
+        # the old ones (copytree would keep vb's times, of the same second
+        # as va's), so the root documents' ETags (nginx: mtime and size)
+        # say it is another store.
         tmp = site / "s.zarr.tmp"
         shutil.copytree(vb, tmp)
+        newer = (site / "s.zarr" / "zarr.json").stat().st_mtime + 2
+        for p in tmp.rglob("*"):
+            os.utime(p, (newer, newer))
         shutil.rmtree(site / "s.zarr")
         tmp.rename(site / "s.zarr")
         want = _digest(get(s, "s.zarr", "X?format=bin"))  # the same folder, read locally
