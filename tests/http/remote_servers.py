@@ -8,6 +8,8 @@
   (Range, ETag, If-Match), as any store behind plain HTTP.
 - `S3Client`: PUT/DELETE of buckets and objects, signed with AWS Signature
   Version 4 by hand (hmac, hashlib), so no SDK is needed for the uploads.
+- `Proxy`: a threaded HTTP proxy in front of one of them that can delay
+  every request and records what it forwarded (when, how many at once).
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ from __future__ import annotations
 import datetime
 import hashlib
 import hmac
+import http.client
+import http.server
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -222,6 +227,8 @@ error_log {w}/error.log;
 events {{ worker_connections 256; }}
 http {{
     access_log {w}/access.log;
+    log_format timed '$msec $request $status';
+    access_log {w}/timed.log timed;
     client_body_temp_path {w}/body;
     proxy_temp_path {w}/proxy;
     fastcgi_temp_path {w}/fastcgi;
@@ -270,3 +277,111 @@ http {{
     def access_lines(self) -> list[str]:
         p = self.workdir / "access.log"
         return p.read_text(errors="replace").splitlines() if p.exists() else []
+
+    def request_times(self, part: str) -> list[float]:
+        """When nginx answered each request whose line holds part (its
+        $msec: seconds, to the millisecond), in the log's order."""
+        p = self.workdir / "timed.log"
+        lines = p.read_text(errors="replace").splitlines() if p.exists() else []
+        return [float(ln.split(" ", 1)[0]) for ln in lines if part in ln]
+
+
+# ------------------------------------------------------------ a proxy that watches
+class _ProxyHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade"}
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _upstream(self, fresh: bool) -> http.client.HTTPConnection:
+        if fresh or getattr(self, "_conn", None) is None:
+            host, port = self.server.owner.upstream
+            self._conn = http.client.HTTPConnection(host, port, timeout=60)
+        return self._conn
+
+    def _forward(self) -> None:
+        owner = self.server.owner
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else None
+        # Host and every other header as the client sent them: a SigV4
+        # signature over them still verifies upstream.
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in self.HOP}
+        owner._enter(self.command, self.path, headers)
+        try:
+            time.sleep(owner.delay)
+            for attempt in (0, 1):
+                conn = self._upstream(fresh=attempt > 0)
+                try:
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                    break
+                except (http.client.HTTPException, OSError):
+                    conn.close()
+                    if attempt:
+                        raise
+        finally:
+            owner._leave()
+        self.send_response_only(resp.status, resp.reason)
+        for k, v in resp.getheaders():
+            if k.lower() not in self.HOP and (k.lower() != "content-length" or self.command == "HEAD"):
+                self.send_header(k, v)
+        if self.command != "HEAD":
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    do_GET = do_HEAD = do_PUT = do_DELETE = do_POST = _forward
+
+
+class Proxy:
+    """A threaded HTTP proxy on 127.0.0.1 in front of upstream (an
+    http://host:port endpoint): every request is forwarded as it came
+    (its Host header included, so signed requests verify upstream) after
+    `delay` seconds.  It keeps what it forwarded (`seen`: monotonic time,
+    method, path, headers) and the most requests it held at once
+    (`max_in_flight`); reset() forgets both."""
+
+    def __init__(self, upstream: str, delay: float = 0.0):
+        hostport = upstream.split("://", 1)[1].rstrip("/")
+        host, _, port = hostport.partition(":")
+        self.upstream = (host, int(port or 80))
+        self.delay = delay
+        self._lock = threading.Lock()
+        self.seen: list[tuple[float, str, str, dict]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ProxyHandler)
+        self._server.daemon_threads = True
+        self._server.owner = self
+        self._thread = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> "Proxy":
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.seen = []
+            self.max_in_flight = self.in_flight
+
+    def _enter(self, method: str, path: str, headers: dict) -> None:
+        with self._lock:
+            self.seen.append((time.monotonic(), method, path, headers))
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1

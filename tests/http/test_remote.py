@@ -24,6 +24,7 @@ import shutil
 import time
 import warnings
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -44,37 +45,66 @@ PREFIX = "lab"
 TIMEOUT_MS = 3000
 RECHECK = 1.0
 SETTLE = 2.5  # objects written this recently are not trusted yet (remote_store.h)
-DIR_STORES = [ZW.AD_V2_DIR, ZW.AD_V3_DIR, ZW.AD_V2_ZS_DIR, ZW.AD_V3_ZS_DIR, ZW.TD_V3_DIR]
+MU_ZARR = "mu.zarr"                      # the local suite's MuData (W.MULTI), written as zarr
+SPACED = "Zellatlas für Leber 3k.zarr"   # a blank and non-ASCII in the name (and the S3 keys)
+SPACED_H5 = "Zellatlas für Leber 3k.h5ad"
+DIR_STORES = [ZW.AD_V2_DIR, ZW.AD_V3_DIR, ZW.AD_V2_ZS_DIR, ZW.AD_V3_ZS_DIR, ZW.TD_V3_DIR,
+              MU_ZARR, SPACED]
 ZIP_STORES = [z.name for z in ZW.ZIPS]   # read by ranges of the one object
 AD_H5 = "ad.h5ad"                        # the zarr stores' AnnData, written by anndata as HDF5
-H5_STORES = [AD_H5, W.FRAME, W.MULTI, W.LINEAGE]  # and the local suite's HDF5 stores
+H5_STORES = [AD_H5, W.FRAME, W.MULTI, W.LINEAGE, SPACED_H5]  # and the local suite's HDF5 stores
 STORES = DIR_STORES + ZIP_STORES + H5_STORES
 LOCAL_ONLY = "here.zarr"   # a local store on the remote-serving cellar
+DENSE_H5 = "dense.h5ad"    # a dense X of 960,000 bytes, contiguous in the file (not in STORES)
 
 
 # ------------------------------------------------------------ fixtures
-TD_CONSOLIDATED = "td_v3_consolidated.zarr"  # what the web server serves as web/td_v3.zarr
+# What the web server serves for a zarr store with groups but no
+# consolidated metadata: a consolidated copy.
+SERVED_OVER_HTTP = {ZW.TD_V3_DIR: "td_v3_consolidated.zarr", MU_ZARR: "mu_consolidated.zarr"}
 
 
 @pytest.fixture(scope="module")
 def zroot(tmp_path_factory) -> Path:
-    """The zip suite's stores, and a copy of the TreeData store with
-    consolidated metadata: plain HTTP has no listing, so a store behind a
-    web server must say what it holds (as zarr-python needs over HTTP)."""
+    """The zip suite's stores, the local suite's MuData as zarr, two
+    stores with a blank and non-ASCII letters in their names, and
+    consolidated copies of the TreeData and MuData zarr stores: plain HTTP
+    has no listing, so a store behind a web server must say what it holds
+    (as zarr-python needs over HTTP)."""
+    import mudata
     import zarr
     root = tmp_path_factory.mktemp("remote") / "root"
     ZW.write_good(root)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ZW.make_adata().write_h5ad(root / AD_H5)
+        mudata.write_zarr(root / MU_ZARR, W.make_multi_mdata())
     W.write_frame(root / W.FRAME)
     W.write_multi(root / W.MULTI)
     W.write_lineage(root / W.LINEAGE)
-    shutil.copytree(root / ZW.TD_V3_DIR, root / TD_CONSOLIDATED)
+    shutil.copytree(root / ZW.AD_V2_DIR, root / SPACED)
+    write_dense(root / DENSE_H5)
+    shutil.copyfile(root / AD_H5, root / SPACED_H5)
+    for name, served in SERVED_OVER_HTTP.items():
+        shutil.copytree(root / name, root / served)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            zarr.consolidate_metadata(str(root / served))
+    return root
+
+
+def write_dense(path: Path) -> None:
+    """An AnnData whose X (1000 x 240 float32) anndata stores as one
+    contiguous dataset, four 256 KiB blocks of the file long."""
+    import anndata as ad
+    import h5py
+    rng = np.random.default_rng(18)
+    a = ad.AnnData(X=rng.random((1000, 240)).astype(np.float32))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        zarr.consolidate_metadata(str(root / TD_CONSOLIDATED))
-    return root
+        a.write_h5ad(path)
+    with h5py.File(path, "r") as f:
+        assert f["X"].chunks is None and f["X"].nbytes == 960_000
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +113,7 @@ def weed(tmp_path_factory, zroot):
     s3 = RS.WeedS3(work, work / "weed.log").start()
     client = RS.S3Client(s3.endpoint)
     client.create_bucket(BUCKET)
-    client.upload_tree(BUCKET, PREFIX, zroot, STORES)
+    client.upload_tree(BUCKET, PREFIX, zroot, STORES + [DENSE_H5])
     time.sleep(SETTLE)  # quiet, so the first versions are trusted at once
     yield s3
     s3.stop()
@@ -116,8 +146,7 @@ def remote_args(weed, web, creds, *extra):
             "--s3-credentials-file", str(creds), "--remote-timeout-ms", str(TIMEOUT_MS),
             "--remote-recheck-seconds", str(RECHECK)]
     for name in STORES:
-        served = TD_CONSOLIDATED if name == ZW.TD_V3_DIR else name
-        args += ["--remote", f"web/{name}={web.base}/{served}"]
+        args += ["--remote", f"web/{name}={web.base}/{quote(SERVED_OVER_HTTP.get(name, name))}"]
     # one store of the bucket mounted by its s3:// URL under another name
     args += ["--remote", f"s3m/{AD_H5}=s3://{BUCKET}/{PREFIX}/{AD_H5}",
              "--remote", f"s3m/{ZW.AD_V3_DIR}=s3://{BUCKET}/{PREFIX}/{ZW.AD_V3_DIR}"]
@@ -187,7 +216,7 @@ ROUTES = {
                 "obst/tree1/leaves"],
 }
 KIND = {ZW.TD_V3_DIR: "treedata", **{z.name: z.kind for z in ZW.ZIPS},
-        W.FRAME: "frame", W.MULTI: "mudata", W.LINEAGE: "lineage"}
+        W.FRAME: "frame", W.MULTI: "mudata", MU_ZARR: "mudata", W.LINEAGE: "lineage"}
 SUMMARY_FILE_KEYS = {"name", "etag", "mtime", "bytes"}
 
 
@@ -362,6 +391,56 @@ def test_chunks_one_request_needs_are_fetched_together(here_root, weed, web, cre
     assert _metric(s, "cellar_remote_cache_hits_total") - hits0 >= chunks
 
 
+def s3_args(endpoint, creds, *extra):
+    """Flags of a cellar serving only the bucket's root through endpoint
+    (the S3 server, or a proxy in front of it), identities kept a minute."""
+    return ["--root", f"s3://{BUCKET}/{PREFIX}", "--s3-endpoint", endpoint,
+            "--s3-credentials-file", str(creds), "--remote-timeout-ms", "20000",
+            "--remote-recheck-seconds", "60", "--answer-cache-bytes", "0", *extra]
+
+
+def test_chunks_one_request_needs_are_fetched_in_parallel(here_root, weed, creds, server_factory,
+                                                          local, zroot):
+    """Through a proxy that holds every request 150 ms: the chunk GETs of
+    one slice overlap (several in flight at once), so the answer takes far
+    less than one delay per chunk."""
+    delay = 0.15
+    proxy = RS.Proxy(weed.endpoint, delay=delay).start()
+    try:
+        s = server_factory(here_root, *s3_args(proxy.endpoint, creds))
+        assert get(s, ZW.AD_V2_DIR, "obs/schema").status_code == 200  # opened
+        chunks = len(list((zroot / ZW.AD_V2_DIR / "X").glob("[0-9]*.[0-9]*")))
+        assert chunks >= 10
+        proxy.reset()
+        t0 = time.monotonic()
+        r = get(s, ZW.AD_V2_DIR, "X?format=bin")
+        took = time.monotonic() - t0
+        assert r.status_code == 200 and r.content == get(local, ZW.AD_V2_DIR, "X?format=bin").content
+        fetched = [path for _, _, path, _ in proxy.seen
+                   if "/X/" in path and not path.rsplit("/", 1)[1].startswith(".")]
+        assert len(fetched) == chunks, [p for _, _, p, _ in proxy.seen]
+        assert proxy.max_in_flight >= 2, proxy.max_in_flight
+        # One after the other they would take chunks x delay at least; at
+        # most 8 at once, two rounds (0.45 s on an idle machine).
+        assert took < chunks * delay * 0.7, (took, chunks)
+    finally:
+        proxy.stop()
+
+
+def test_adjacent_blocks_of_a_remote_file_are_one_get(here_root, weed, creds, server_factory,
+                                                      local):
+    """A contiguous dataset of 960,000 bytes (four 256 KiB blocks) of a
+    remote .h5ad, read after the file is open: its missing blocks are
+    fetched in one ranged GET."""
+    s = server_factory(here_root, *s3_args(weed.endpoint, creds))
+    assert get(s, DENSE_H5, "obs/schema").status_code == 200  # probed and opened
+    n0 = _metric(s, "cellar_remote_requests_total")
+    r = get(s, DENSE_H5, "X?format=bin")
+    assert r.status_code == 200 and len(r.content) == 960_000
+    assert r.content == get(local, DENSE_H5, "X?format=bin").content
+    assert _metric(s, "cellar_remote_requests_total") - n0 == 1
+
+
 def test_identities_are_not_fetched_again_within_the_recheck(here_root, weed, web, creds,
                                                              server_factory):
     """Within --remote-recheck-seconds of its identity's last fetch, a
@@ -390,6 +469,33 @@ def test_identities_are_not_fetched_again_within_the_recheck(here_root, weed, we
             answered += 1
     assert answered >= len(asked)
     assert _metric(s, "cellar_remote_requests_total") == n1
+
+
+def test_s3_configured_by_the_environment_alone(tmp_path, here_root, weed, server_factory,
+                                                local, monkeypatch):
+    """AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3 and
+    AWS_REGION, no S3 flag and no credentials file: the bucket is read,
+    signed for that region, and answers as the local copy."""
+    proxy = RS.Proxy(weed.endpoint).start()
+    try:
+        for var in ("AWS_SESSION_TOKEN", "AWS_SHARED_CREDENTIALS_FILE", "AWS_PROFILE",
+                    "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.aws/credentials
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", RS.ACCESS_KEY)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", RS.SECRET_KEY)
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+        monkeypatch.setenv("AWS_REGION", "eu-central-1")
+        s = server_factory(here_root, "--root", f"s3://{BUCKET}/{PREFIX}")
+        for route in ("obs", "X?format=bin"):
+            a, b = get(s, ZW.AD_V3_DIR, route), get(local, ZW.AD_V3_DIR, route)
+            assert a.status_code == b.status_code == 200, (route, a.text[:300])
+            assert a.content == b.content, route
+        auth = [h.get("Authorization", "") for _, _, _, h in proxy.seen]
+        assert auth and all(f"Credential={RS.ACCESS_KEY}/" in a and "/eu-central-1/s3/aws4_request"
+                            in a for a in auth), auth[:3]
+    finally:
+        proxy.stop()
 
 
 def test_remote_bytes_spill_to_the_cache_dir(tmp_path, here_root, weed, web, creds,
@@ -502,16 +608,46 @@ def test_replaced_zip_object_is_a_new_version(remote, weed, tmp_path, zroot, ser
     va, vb = _versions_of(zroot, tmp_path)
     ZW.zip_directory(va, tmp_path / "a.zip", zipfile.ZIP_STORED)
     ZW.zip_directory(vb, tmp_path / "b.zip", zipfile.ZIP_DEFLATED)
-    ref = server_factory(tmp_path)
-    want_a = _digest(get(ref, "a.zip", "X?format=bin"))
-    want_b = _digest(get(ref, "b.zip", "X?format=bin"))
+    _swap_object(remote, weed, server_factory(tmp_path), tmp_path / "a.zip", tmp_path / "b.zip")
+
+
+def _swap_object(remote, weed, ref, a: Path, b: Path) -> str:
+    """Puts file a as the bucket's swap<suffix>, then b over it: each is
+    served in turn (b after the recheck interval) and no answer on the way
+    mixes the two (ref serves a and b locally).  The name served."""
+    name = "swap" + a.suffix
+    want_a = _digest(get(ref, a.name, "X?format=bin"))
+    want_b = _digest(get(ref, b.name, "X?format=bin"))
     assert want_a != want_b
     c = RS.S3Client(weed.endpoint)
-    c.put(BUCKET, f"{PREFIX}/swap.zip", (tmp_path / "a.zip").read_bytes())
-    _, ra = _wait_for_version(remote, "swap.zip", "X?format=bin", want_a, want_a, 10)
-    c.put(BUCKET, f"{PREFIX}/swap.zip", (tmp_path / "b.zip").read_bytes())
-    _, rb = _wait_for_version(remote, "swap.zip", "X?format=bin", want_b, want_a, RECHECK + 8)
+    c.put(BUCKET, f"{PREFIX}/{name}", a.read_bytes())
+    _, ra = _wait_for_version(remote, name, "X?format=bin", want_a, want_a, 10)
+    c.put(BUCKET, f"{PREFIX}/{name}", b.read_bytes())
+    _, rb = _wait_for_version(remote, name, "X?format=bin", want_b, want_a, RECHECK + 8)
     assert rb.headers["ETag"] != ra.headers["ETag"]
+    for _ in range(3):
+        assert _digest(get(remote, name, "X?format=bin")) == want_b
+    return name
+
+
+def test_replaced_hdf5_object_is_a_new_version(remote, weed, tmp_path, server_factory):
+    """A remote .h5ad replaced by one PUT of another file: served in the
+    new version after the recheck interval, never an answer mixing the
+    bytes (or the metadata) of the two.  Both files are several 256 KiB
+    blocks long, so blocks of the old one at the same offsets would be
+    found if the byte cache did not tell the versions apart."""
+    import anndata as ad
+    a = ad.AnnData(X=np.random.default_rng(4).random((1000, 240)).astype(np.float32))
+    b = a.copy()
+    b.X = b.X * 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a.write_h5ad(tmp_path / "a.h5ad")
+        b.write_h5ad(tmp_path / "b.h5ad", compression="gzip")
+    assert not np.array_equal(ad.read_h5ad(tmp_path / "a.h5ad").X, ad.read_h5ad(tmp_path / "b.h5ad").X)
+    ref = server_factory(tmp_path)
+    name = _swap_object(remote, weed, ref, tmp_path / "a.h5ad", tmp_path / "b.h5ad")
+    assert get(remote, name, "obs").content == get(ref, "b.h5ad", "obs").content
 
 
 def test_http_mount_replaced(tmp_path, zroot, server_factory, creds, weed):
@@ -590,14 +726,19 @@ def test_wrong_secret_key_is_502_naming_the_refusal(tmp_path, here_root, weed, w
     assert f"s3://{BUCKET}" in r.json()["detail"]
 
 
-def test_remote_answering_503_is_retried_then_502(tmp_path, here_root, server_factory):
+def nginx_down(tmp_path) -> RS.Nginx:
+    """nginx over an empty folder, answering 503 to every path below /down/."""
     site = tmp_path / "site"
     site.mkdir()
     n = RS.Nginx(site, tmp_path / "nginx")
     conf = (n.workdir / "nginx.conf").read_text().replace(
         "location / { }", "location / { }\n        location /down/ { return 503; }")
     (n.workdir / "nginx.conf").write_text(conf)
-    n.start()
+    return n.start()
+
+
+def test_remote_answering_503_is_retried_then_502(tmp_path, here_root, server_factory):
+    n = nginx_down(tmp_path)
     try:
         s = server_factory(here_root, "--remote", f"d/s.zarr={n.base}/down/s.zarr",
                            "--remote", f"gone/s.zarr={n.base}/missing/s.zarr",
@@ -608,6 +749,24 @@ def test_remote_answering_503_is_retried_then_502(tmp_path, here_root, server_fa
         assert len(tries) == 3, tries  # the first GET and two retries
         assert_problem(get(s, "gone/s.zarr", "obs"), 502, detail_contains="404")
         assert get(s, LOCAL_ONLY, "obs").status_code == 200
+    finally:
+        n.stop()
+
+
+def test_retries_back_off(tmp_path, here_root, server_factory):
+    """A remote answering 503: each retry waits longer than the one
+    before (50 ms, then doubling), as nginx's clock sees the attempts."""
+    n = nginx_down(tmp_path)
+    try:
+        s = server_factory(here_root, "--remote", f"d/s.zarr={n.base}/down/s.zarr",
+                           "--remote-retries", "3", "--remote-timeout-ms", "5000")
+        before = len(n.request_times("/down/s.zarr/zarr.json"))
+        assert_problem(get(s, "d/s.zarr", "obs"), 502, detail_contains="503")
+        times = n.request_times("/down/s.zarr/zarr.json")[before:]
+        assert len(times) == 4, times  # the first GET and three retries
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        assert gaps[0] >= 0.045, gaps
+        assert all(b >= 1.5 * a for a, b in zip(gaps, gaps[1:])), gaps
     finally:
         n.stop()
 
