@@ -49,5 +49,11 @@ if [ ! -x "$here/data/bin/loadgen" ] || [ "$here/loadgen.c" -nt "$here/data/bin/
         -o "$here/data/bin/loadgen"
 fi
 
+# ros3_read: libhdf5's read-only S3 driver, the remote section's other reader.
+if [ ! -x "$here/data/bin/ros3_read" ] || [ "$here/ros3_read.c" -nt "$here/data/bin/ros3_read" ]; then
+    ${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror "$here/ros3_read.c" \
+        $(pkg-config --cflags --libs hdf5) -o "$here/data/bin/ros3_read"
+fi
+
 export CELLAR_BIN
 exec "$venv/bin/python" "$here/run.py"
