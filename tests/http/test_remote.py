@@ -447,7 +447,7 @@ def test_identities_are_not_fetched_again_within_the_recheck(here_root, weed, we
     store answers from what is cached without one request to the remote
     (no listing, HEAD or GET); once the interval has passed, the next
     request fetches the identity again."""
-    recheck = 4.0
+    recheck = 6.0  # the loop below ends some 4 s before the identities fetched for it are due
     s = server_factory(here_root, *remote_args(weed, web, creds, "--remote-recheck-seconds",
                                                str(recheck), "--answer-cache-bytes", "0"))
     asked = [(ZW.AD_V3_DIR, "X?format=bin"), (AD_H5, "obs?rows=0:5"), (AD_H5, "X?format=bin"),
@@ -463,7 +463,7 @@ def test_identities_are_not_fetched_again_within_the_recheck(here_root, weed, we
     n1 = _metric(s, "cellar_remote_requests_total")
     assert n1 - n0 >= 4  # a listing, two HEADs of objects, the web store's root document
     answered = 0
-    while time.monotonic() < t1 + recheck / 2:
+    while time.monotonic() < t1 + 2:
         for store, route in asked:
             assert get(s, store, route).status_code == 200, (store, route)
             answered += 1
