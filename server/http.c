@@ -81,6 +81,7 @@ typedef struct request_ctx {
     struct timespec start;
     int status;
     uint64_t bytes_out;
+    int from_file; /* the body was sent from a file (sendfile), not copied */
     /* The answer cache key of a GET/HEAD answered from a store version,
      * or NULL when this answer must not be kept. */
     char *answer_key;
@@ -705,8 +706,10 @@ static enum MHD_Result send_direct(request_ctx *ctx, struct MHD_Connection *conn
     if (res->fd >= 0 && res->fd_length > 0) {
         r = MHD_create_response_from_fd_at_offset64(res->fd_length, res->fd,
                                                     (int64_t)res->fd_offset);
-        if (r)
+        if (r) {
             res->fd = -1; /* the response closes it */
+            ctx->from_file = strcmp(ctx->req.method, "HEAD") != 0;
+        }
     } else {
         r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     }
@@ -1365,7 +1368,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     uint64_t us = elapsed_us(&ctx->start);
     if (srv->access_log)
         log_request(srv->access_log, ctx, us);
-    metrics_observe(srv->metrics, ctx->route.id, ctx->status, us, ctx->bytes_out);
+    metrics_observe(srv->metrics, ctx->route.id, ctx->status, us, ctx->bytes_out, ctx->from_file);
     if (ctx->res.fd >= 0)
         close(ctx->res.fd);
     store_release(ctx->req.store);

@@ -19,6 +19,7 @@ struct metrics {
     atomic_ullong latency_sum_us;
     atomic_ullong latency_count;
     atomic_ullong bytes_sent;
+    atomic_ullong file_answers;
 };
 
 metrics *metrics_new(void)
@@ -39,7 +40,8 @@ static size_t status_slot(int status)
     return N_STATUS - 1;
 }
 
-void metrics_observe(metrics *m, route_id route, int status, uint64_t micros, uint64_t bytes)
+void metrics_observe(metrics *m, route_id route, int status, uint64_t micros, uint64_t bytes,
+                     int from_file)
 {
     if (route >= ROUTE_COUNT)
         route = ROUTE_NONE;
@@ -52,6 +54,8 @@ void metrics_observe(metrics *m, route_id route, int status, uint64_t micros, ui
     atomic_fetch_add(&m->latency_sum_us, micros);
     atomic_fetch_add(&m->latency_count, 1);
     atomic_fetch_add(&m->bytes_sent, bytes);
+    if (from_file)
+        atomic_fetch_add(&m->file_answers, 1);
 }
 
 void metrics_render(metrics *m, size_t open_stores, size_t cache_bytes, unsigned in_flight,
@@ -90,6 +94,9 @@ void metrics_render(metrics *m, size_t open_stores, size_t cache_bytes, unsigned
                "# HELP cellar_response_bytes_total Body bytes sent.\n"
                "# TYPE cellar_response_bytes_total counter\n"
                "cellar_response_bytes_total %llu\n"
+               "# HELP cellar_file_answers_total Answers whose body was sent from a file (sendfile), not copied.\n"
+               "# TYPE cellar_file_answers_total counter\n"
+               "cellar_file_answers_total %llu\n"
                "# HELP cellar_open_stores Store versions open.\n"
                "# TYPE cellar_open_stores gauge\n"
                "cellar_open_stores %zu\n"
@@ -99,7 +106,8 @@ void metrics_render(metrics *m, size_t open_stores, size_t cache_bytes, unsigned
                "# HELP cellar_requests_in_flight Requests being answered.\n"
                "# TYPE cellar_requests_in_flight gauge\n"
                "cellar_requests_in_flight %u\n",
-               atomic_load(&m->bytes_sent), open_stores, cache_bytes, in_flight);
+               atomic_load(&m->bytes_sent), atomic_load(&m->file_answers), open_stores,
+               cache_bytes, in_flight);
 }
 
 void metrics_render_probes(const probe_stats *st, buf *out)

@@ -15,8 +15,10 @@ typedef struct metrics metrics;
 metrics *metrics_new(void);
 void metrics_free(metrics *m);
 
-/* Records one finished request. */
-void metrics_observe(metrics *m, route_id route, int status, uint64_t micros, uint64_t bytes);
+/* Records one finished request; from_file says its body was sent from a
+ * file (sendfile) rather than from memory. */
+void metrics_observe(metrics *m, route_id route, int status, uint64_t micros, uint64_t bytes,
+                     int from_file);
 
 /* Appends the exposition text; open_stores and cache_bytes come from the
  * registry. */

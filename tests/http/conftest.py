@@ -358,6 +358,26 @@ def assert_problem(resp, status: int, *, detail_contains: str | None = None) -> 
     return body
 
 
+def metric_value(server, name: str) -> float:
+    """The value of an unlabelled /metrics sample."""
+    for line in server.get("/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def metric_reaches(server, name: str, value: float, timeout: float = 2.0) -> float:
+    """The sample once it is at least value (requests are counted when
+    libmicrohttpd reports them complete, which may be just after the client
+    has its answer), or its last value after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = metric_value(server, name)
+        if got >= value or time.monotonic() > deadline:
+            return got
+        time.sleep(0.02)
+
+
 def assert_json(resp) -> dict:
     assert resp.status_code == 200, f"{resp.status_code}: {resp.text[:1000]}"
     ctype = resp.headers.get("Content-Type", "")

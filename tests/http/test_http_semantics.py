@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 
 import fsspec
 import numpy as np
@@ -15,7 +16,7 @@ import requests
 from numcodecs import Zstd
 
 import writers as W
-from conftest import assert_problem, store_path
+from conftest import assert_problem, metric_reaches, metric_value, store_path
 
 OBS = store_path(W.FRAME, "obs")
 X_BIN = store_path(W.FRAME, "X")
@@ -56,6 +57,29 @@ def test_304_is_per_representation(get):
     assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/csv")
     r = get(OBS, _headers={"If-None-Match": csv_tag}, rows="0:5", format="csv")
     assert r.status_code == 304
+
+
+def test_whole_array_sent_from_the_file_has_its_own_etag_and_vary(server):
+    """The whole dense X as bin is sent from the h5ad itself (sendfile: the
+    file-answer counter of /metrics moves); that 200 and its 304 carry Vary
+    and an ETag of their own, not the JSON answer's."""
+    url = server.url(X_BIN, {"format": "bin"})
+    before = metric_value(server, "cellar_file_answers_total")
+    r = requests.get(url)
+    assert r.status_code == 200 and r.headers["Content-Type"] == "application/octet-stream"
+    assert metric_reaches(server, "cellar_file_answers_total", before + 1) == before + 1
+    json_r = requests.get(server.url(X_BIN))
+    assert json_r.status_code == 200 and json_r.headers["Content-Type"].startswith("application/json")
+    tag = _etag(r)
+    assert tag != _etag(json_r)
+    assert r.headers["Vary"] == "Accept, Accept-Encoding"
+    assert json_r.headers["Vary"] == "Accept, Accept-Encoding"
+    nm = requests.get(url, headers={"If-None-Match": tag})
+    assert nm.status_code == 304 and nm.content == b""
+    assert nm.headers["ETag"] == tag
+    assert nm.headers["Vary"] == "Accept, Accept-Encoding"
+    # The JSON answer's tag does not validate the binary one.
+    assert requests.get(url, headers={"If-None-Match": _etag(json_r)}).status_code == 200
 
 
 # ---- item 4: 304 headers, If-Match, If-Unmodified-Since, If-Range ----------
@@ -218,7 +242,6 @@ def _exchange(server, raw: bytes, timeout: float = 5.0) -> bytes:
 
 
 def test_body_announced_over_the_limit_is_refused_at_once(server):
-    import time
     start = time.monotonic()
     out = _exchange(server, b"POST " + store_path(W.FRAME, "obs").encode() + b" HTTP/1.1\r\n"
                     b"Host: x\r\nContent-Type: application/json\r\n"
@@ -244,3 +267,4 @@ def test_answers_libmicrohttpd_makes_itself(server, raw, status):
     out = _exchange(server, raw)
     assert out.startswith(f"HTTP/1.1 {status} ".encode())
     assert requests.get(server.url("/healthz")).status_code == 200
+
