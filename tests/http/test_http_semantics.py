@@ -144,9 +144,24 @@ def test_binary_answers_honour_range(server):
     assert r.status_code == 200 and r.content == full
 
 
-@pytest.mark.parametrize("fmt", ["bin", "npy"])
-def test_fsspec_opens_binary_answers_as_files(server, fmt):
-    url = server.url(X_BIN, {"format": fmt})
+SPARSE = "sparse.h5ad"
+
+
+@pytest.fixture(scope="module")
+def sparse_server(tmp_path_factory, server_factory):
+    """A store whose X is CSR, so that format=npz is a valid answer."""
+    import anndata as ad
+    import scipy.sparse as sp
+    root = tmp_path_factory.mktemp("sparse-root")
+    X = sp.random(60, 20, density=0.3, format="csr", dtype=np.float32, random_state=7)
+    ad.AnnData(X=X).write_h5ad(root / SPARSE)
+    return server_factory(root)
+
+
+@pytest.mark.parametrize("fmt", ["bin", "npy", "npz"])
+def test_fsspec_opens_binary_answers_as_files(server, sparse_server, fmt):
+    srv, path = (sparse_server, store_path(SPARSE, "X")) if fmt == "npz" else (server, X_BIN)
+    url = srv.url(path, {"format": fmt})
     full = requests.get(url).content
     with fsspec.open(url, block_size=16).open() as f:
         assert f.size == len(full)
@@ -154,6 +169,12 @@ def test_fsspec_opens_binary_answers_as_files(server, fmt):
         assert f.read(24) == full[len(full) // 2: len(full) // 2 + 24]
         f.seek(3)
         assert f.read(5) == full[3:8]
+    if fmt == "npz":
+        import io
+        import scipy.sparse as sp
+        with fsspec.open(url, block_size=16).open() as f:
+            m = sp.load_npz(io.BytesIO(f.read()))
+        assert m.format == "csr" and m.shape == (60, 20) and m.nnz == 360
     if fmt == "npy":
         with fsspec.open(url).open() as f:
             arr = np.load(f)
