@@ -289,3 +289,24 @@ def test_answers_libmicrohttpd_makes_itself(server, raw, status):
     assert out.startswith(f"HTTP/1.1 {status} ".encode())
     assert requests.get(server.url("/healthz")).status_code == 200
 
+
+def test_request_line_between_32_and_64_kib_reaches_cellar(server):
+    """The connection memory is 64 KiB (README, "Errors"): a 40 KB request
+    line is cellar's to answer (its 404 problem), not libmicrohttpd's 414."""
+    out = _exchange(server, b"GET /" + b"a" * 40000 + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 404 "), head[:200]
+    assert b"Content-Type: application/problem+json" in head
+
+
+@pytest.mark.parametrize("raw", [b"GARBAGE\r\n\r\n", b"GET\r\n\r\n"])
+def test_unparsable_request_line_closes_the_connection(server, raw):
+    """README, "Errors": a request line that cannot be parsed closes the
+    connection (at most libmicrohttpd's own 400, never a cellar answer);
+    the server keeps serving."""
+    start = time.monotonic()
+    out = _exchange(server, raw)
+    assert time.monotonic() - start < 4, "the connection was left open"
+    assert out == b"" or out.startswith(b"HTTP/1.1 400 "), out[:200]
+    assert b"application/problem+json" not in out
+    assert requests.get(server.url("/healthz")).status_code == 200
