@@ -312,5 +312,19 @@ def arrays(path_or_group, prefix: str = ""):
     return out
 
 
+def assert_arrays_equal(there: dict, here: dict) -> None:
+    """Two {path: zarr.Array} maps (arrays()) hold the same paths, and each
+    array the same dtype, shape and values (NaN equal to NaN)."""
+    assert sorted(there) == sorted(here) and here, (sorted(there), sorted(here))
+    for path, arr in here.items():
+        exp = np.asarray(arr[...])
+        got = np.asarray(there[path][...])
+        assert got.dtype == exp.dtype and got.shape == exp.shape, path
+        if exp.dtype.kind == "f":
+            np.testing.assert_array_equal(got, exp, err_msg=path)
+        else:
+            assert (got == exp).all(), path
+
+
 def zmetadata(path: Path) -> dict:
     return json.loads((path / ".zmetadata").read_text())
