@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import email.utils
 import json
+import os
 import shutil
 import subprocess
+import time
 import warnings
 import zipfile
 from pathlib import Path
@@ -28,7 +30,7 @@ import pytest
 
 import zarr_writers as Z
 import zip_writers as ZW
-from conftest import assert_problem, store_path
+from conftest import assert_problem, metric_reaches, metric_value, store_path
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -251,6 +253,49 @@ def test_raw_range_head_and_conditionals(zserver, zroot, name, key):
     assert r.status_code == 200 and r.content == data
     r = zserver.get(url, _headers={"Range": "bytes=0-3", "If-Range": etag})
     assert r.status_code == 206 and r.content == data[:4]
+
+
+FILE_ANSWERS = "cellar_file_answers_total"
+
+
+def test_stored_entries_are_sent_from_the_zip_once_settled(zserver, zroot):
+    """Issue 17, point 3: a stored entry of a zip unchanged for 2 s
+    (SETTLED_SECONDS, api/zarr/raw.c) is sent from the zip with sendfile
+    (/metrics cellar_file_answers_total counts it); a deflated entry is
+    decoded and one of a zip changed in the last 2 s copied (and checked),
+    so neither is counted.  Every answer is the twin's bytes."""
+    past = time.time() - 3600
+    stored, deflated, other = "ad_v2_stored.zip", "ad_v3_deflated.zip", "ad_v2_zip64.zip"
+    for name in (stored, deflated, other):
+        os.utime(zroot / name, (past, past))
+    time.sleep(0.6)   # a store changed in the last 0.5 s is not opened yet
+
+    def fetch(name, key, **headers):
+        r = zserver.session.get(zserver.base + raw(name, key), headers=headers, timeout=30)
+        assert r.status_code in (200, 206), (name, key, r.text[:300])
+        full = twin_files(zroot, ZW.BY_NAME[name])[key]
+        assert r.content == (full if r.status_code == 200 else full[2:12]), (name, key)
+
+    before = metric_value(zserver, FILE_ANSWERS)
+    fetch(stored, "X/0.0")
+    assert metric_reaches(zserver, FILE_ANSWERS, before + 1) == before + 1
+    fetch(stored, "X/0.0", Range="bytes=2-11")
+    assert metric_reaches(zserver, FILE_ANSWERS, before + 2) == before + 2
+    # a deflated entry, then a stored one of another zip: one more
+    fetch(deflated, "X/c/0/0")
+    fetch(other, "obs/f32/0")
+    assert metric_reaches(zserver, FILE_ANSWERS, before + 3) == before + 3
+    # a zip written a second ago: its stored entry is copied
+    recent = time.time() - 1
+    os.utime(zroot / stored, (recent, recent))
+    fetch(stored, "X/0.0")
+    fetch(other, "obs/f32/0")
+    assert metric_reaches(zserver, FILE_ANSWERS, before + 4) == before + 4
+    # settled again: from the file
+    os.utime(zroot / stored, (past, past))
+    time.sleep(0.6)
+    fetch(stored, "X/0.0")
+    assert metric_reaches(zserver, FILE_ANSWERS, before + 5) == before + 5
 
 
 @pytest.mark.parametrize("name", ZIP_NAMES)
