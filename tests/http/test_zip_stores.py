@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 import warnings
 import zipfile
@@ -296,6 +297,149 @@ def test_stored_entries_are_sent_from_the_zip_once_settled(zserver, zroot):
     time.sleep(0.6)
     fetch(stored, "X/0.0")
     assert metric_reaches(zserver, FILE_ANSWERS, before + 5) == before + 5
+
+
+def _zip_with_x(zroot: Path, tmp: Path, scale: float) -> tuple[bytes, np.ndarray]:
+    """The v2 twin zipped stored, with X rewritten as X * scale + 1 by zarr
+    (another version of the same store, valid all through), and its first
+    10 rows as zarr reads them."""
+    import zarr
+    d = tmp / f"x{scale}.zarr"
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(zroot / ZW.AD_V2_DIR, d)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x = zarr.open_array(d / "X", mode="r+")
+        x[...] = np.asarray(x[...]) * scale + 1
+        rows = np.asarray(zarr.open_array(d / "X", mode="r")[0:10])
+    out = tmp / f"x{scale}.zip"
+    ZW.zip_directory(d, out, zipfile.ZIP_STORED)
+    return out.read_bytes(), rows
+
+
+def _rows_of(r) -> np.ndarray:
+    return np.array(r.json()["data"], dtype=np.float32)
+
+
+def _get_settled(srv, path: str, **params):
+    """GET, retried while the store is 503 (being rewritten)."""
+    for _ in range(100):
+        r = srv.get(path, **params)
+        if r.status_code != 503:
+            return r
+        time.sleep(0.1)
+    return r
+
+
+def test_replaced_zip_is_a_new_version(zserver, zroot, tmp_path):
+    """A zip replaced by another (os.replace, the same mtime) is a new
+    version (issue 17, point 3: 'the store's identity is the zip file's'):
+    new ETags, new data, the old validators no longer match."""
+    name = "swap.zip"
+    (one, rows1), (two, rows2) = _zip_with_x(zroot, tmp_path, 1.0), _zip_with_x(zroot, tmp_path, 2.0)
+    mtime = time.time() - 3600
+    (zroot / name).write_bytes(one)
+    os.utime(zroot / name, (mtime, mtime))
+    time.sleep(0.6)
+    x1 = _get_settled(zserver, store_path(name, "X"), rows="0:10")
+    k1 = _get_settled(zserver, raw(name, "X/0.0"))
+    s1 = _get_settled(zserver, store_path(name))
+    assert x1.status_code == k1.status_code == s1.status_code == 200
+    tmp = zroot / ".swap.tmp"
+    tmp.write_bytes(two)
+    os.utime(tmp, (mtime, mtime))
+    os.replace(tmp, zroot / name)
+    time.sleep(0.6)
+    x2 = _get_settled(zserver, store_path(name, "X"), rows="0:10")
+    k2 = _get_settled(zserver, raw(name, "X/0.0"))
+    s2 = _get_settled(zserver, store_path(name))
+    assert x2.status_code == k2.status_code == s2.status_code == 200
+    np.testing.assert_array_equal(_rows_of(x1), rows1)
+    np.testing.assert_array_equal(_rows_of(x2), rows2)
+    assert not np.array_equal(rows1, rows2)
+    with zipfile.ZipFile(zroot / name) as zf:
+        assert k2.content == zf.read("X/0.0") != k1.content
+    for old, new in ((x1, x2), (k1, k2), (s1, s2)):
+        assert old.headers["ETag"] != new.headers["ETag"]
+    assert s1.json()["etag"] != s2.json()["etag"]
+    r = zserver.get(store_path(name, "X"), _headers={"If-None-Match": x1.headers["ETag"]}, rows="0:10")
+    assert r.status_code == 200 and r.json()["data"] == x2.json()["data"]
+    r = zserver.get(raw(name, "X/0.0"), _headers={"If-None-Match": k1.headers["ETag"]})
+    assert r.status_code == 200 and r.content == k2.content
+    os.unlink(zroot / name)
+
+
+def test_zip_rewritten_in_place_never_mixes_versions(zserver, zroot, tmp_path):
+    """A zip rewritten in place (the same name: truncate, write) while
+    requests run: every answer is wholly one version's (a chunk's bytes,
+    X's values) and one ETag never names two contents.  As in test_soak,
+    a request overlapping a non-atomic rewrite may also be 503 (being
+    rewritten) or 422 (the zip as it was then: empty, cut short); once the
+    writer stops, the last version answers."""
+    name = "inplace.zip"
+    made = [_zip_with_x(zroot, tmp_path, s) for s in (1.0, 2.0, 3.0)]
+    versions, xs = [m[0] for m in made], [m[1] for m in made]
+    chunks = []
+    for data in versions:
+        (zroot / name).write_bytes(data)
+        with zipfile.ZipFile(zroot / name) as zf:
+            chunks.append(zf.read("X/0.0"))
+    assert len(set(chunks)) == 3
+    stop = threading.Event()
+    last = [0]
+
+    def rewrite():
+        i = 0
+        while not stop.is_set():
+            with open(zroot / name, "r+b") as f:
+                f.truncate(0)
+                f.write(versions[i % 3])
+            last[0] = i % 3
+            i += 1
+            time.sleep(0.3 * (i % 4))   # 0 to 0.9 s: some versions settle
+
+    (zroot / name).write_bytes(versions[0])
+    os.utime(zroot / name, (time.time() - 10, time.time() - 10))
+    time.sleep(0.6)
+    r = _get_settled(zserver, store_path(name, "X"), rows="0:10")
+    np.testing.assert_array_equal(_rows_of(r), xs[0])
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    seen_chunk, seen_x, statuses, problems = {}, {}, [], []
+    try:
+        for i in range(300):
+            if i % 2:
+                r = zserver.session.get(zserver.base + raw(name, "X/0.0"), timeout=30)
+                statuses.append(r.status_code)
+                if r.status_code not in (200, 503):
+                    problems.append(r.text[:300])
+                    assert r.headers["Content-Type"] == "application/problem+json"
+                if r.status_code == 200:
+                    assert r.content in chunks, f"a chunk of no version ({len(r.content)} bytes)"
+                    assert seen_chunk.setdefault(r.headers["ETag"], r.content) == r.content
+            else:
+                r = zserver.get(store_path(name, "X"), rows="0:10")
+                statuses.append(r.status_code)
+                if r.status_code not in (200, 503):
+                    problems.append(r.text[:300])
+                    assert r.headers["Content-Type"] == "application/problem+json"
+                if r.status_code == 200:
+                    got = _rows_of(r)
+                    assert any(np.array_equal(got, x) for x in xs), "X of no version"
+                    assert seen_x.setdefault(r.headers["ETag"], got.tobytes()) == got.tobytes()
+    finally:
+        stop.set()
+        writer.join()
+    assert set(statuses) <= {200, 422, 503}, (sorted(set(statuses)), problems[:5])
+    assert statuses.count(200) > 30, {c: statuses.count(c) for c in set(statuses)}
+    time.sleep(0.6)
+    r = _get_settled(zserver, store_path(name, "X"), rows="0:10")
+    assert r.status_code == 200, r.text[:300]
+    np.testing.assert_array_equal(_rows_of(r), xs[last[0]])
+    r = _get_settled(zserver, raw(name, "X/0.0"))
+    assert r.status_code == 200 and r.content == chunks[last[0]]
+    assert zserver.alive()
+    os.unlink(zroot / name)
 
 
 @pytest.mark.parametrize("name", ZIP_NAMES)
