@@ -211,13 +211,25 @@ static void categories_as_key(const vnode *n, json_t *attrs)
         json_object_set_new(attrs, "categories", json_string(cats + parent));
 }
 
+/* mudata 0.1 wrote its modalities' encoding-type as "AnnData"; the
+ * readers of today's anndata and mudata know only "anndata" (the
+ * encoding-version, 0.1.0, is the same). */
+static void anndata_type_lowercase(json_t *attrs)
+{
+    const char *et = json_string_value(json_object_get(attrs, "encoding-type"));
+    if (et && !strcmp(et, "AnnData"))
+        json_object_set_new(attrs, "encoding-type", json_string("anndata"));
+}
+
 static json_t *attrs_of(const vnode *n)
 {
     switch (n->src) {
     case VS_HDF5: {
         json_t *attrs = json_deep_copy(node_attrs(n->h5));
-        if (attrs)
+        if (attrs) {
             categories_as_key(n, attrs);
+            anndata_type_lowercase(attrs);
+        }
         return attrs;
     }
     case VS_CSC: return h5zc_attrs(n);
