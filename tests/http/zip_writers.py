@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anndata as ad
+import mudata as md
 import zarr
 
 import zarr_writers as Z
@@ -36,7 +37,7 @@ LOC64 = struct.Struct("<IIQI")              # zip64 locator, 20 bytes
 class ZipStore:
     name: str         # the zip's name under the root
     twin: str         # its directory twin
-    kind: str         # anndata | treedata
+    kind: str         # anndata | mudata | treedata
     how: str          # what wrote it
     zarr_format: int
 
@@ -45,6 +46,7 @@ class ZipStore:
 AD_V2_DIR = "ad_v2.zarr"
 AD_V3_DIR = "ad_v3.zarr"            # sharded
 TD_V3_DIR = "td_v3.zarr"
+MU_V3_DIR = "mu_v3.zarr"            # sharded
 # ZipStore-written twins: the same writer into a directory
 AD_V2_ZS_DIR = "ad_v2_zipstore.zarr"
 AD_V3_ZS_DIR = "ad_v3_zipstore.zarr"
@@ -58,6 +60,7 @@ ZIPS = [
     ZipStore("ad_v3_zip64_deflated.zarr.zip", AD_V3_DIR, "anndata",
              "zipfile deflated, force_zip64 local headers", 3),
     ZipStore("td_v3.zarr.zip", TD_V3_DIR, "treedata", "zipfile deflated", 3),
+    ZipStore("mu_v3.zarr.zip", MU_V3_DIR, "mudata", "zipfile stored, keys at the root", 3),
 ]
 BY_NAME = {z.name: z for z in ZIPS}
 
@@ -219,6 +222,9 @@ def write_good(root: Path) -> None:
     zip_directory(root / AD_V3_DIR, root / "ad_v3_zip64_deflated.zarr.zip", zipfile.ZIP_DEFLATED,
                   force_zip64=True)
     zip_directory(root / TD_V3_DIR, root / "td_v3.zarr.zip", zipfile.ZIP_DEFLATED)
+    with Z.zarr_settings(3, True):
+        md.write_zarr(root / MU_V3_DIR, Z.make_mdata())
+    zip_directory(root / MU_V3_DIR, root / "mu_v3.zarr.zip", zipfile.ZIP_STORED)
 
 
 # ------------------------------------------------------------ bad zips
