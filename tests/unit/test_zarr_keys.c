@@ -204,3 +204,51 @@ void test_error_statuses(void)
     CHECK_EQ(cellar_http_status(CELLAR_EINTERNAL), 500);
     CHECK_EQ(cellar_http_status(-99), 500);
 }
+
+/* The walk behind a zarr store's total bytes (issue 16, item 8: bounded,
+ * then null): every regular file below the store added up, symlinks not
+ * followed; -1 once it would pass max_entries entries (files and
+ * directories alike) or max_seconds (looked at every 256 entries). */
+void test_zarr_dir_bytes_bounded(void)
+{
+    char *store = new_dir("bytes");
+    char *outside = new_dir("bytes-out");
+    CHECK(store && outside);
+    if (!store || !outside)
+        goto done;
+    /* 300 chunk files of 1..300 bytes in two arrays, and their metadata */
+    uint64_t total = 0;
+    char rel[64], data[300];
+    memset(data, 'x', sizeof data);
+    for (int i = 0; i < 300; i++) {
+        snprintf(rel, sizeof rel, "%s/%d", i % 2 ? "a" : "b", i);
+        zarr_test_put(store, rel, data, (size_t)(i + 1));
+        total += (uint64_t)(i + 1);
+    }
+    put(store, ".zgroup", "{\"zarr_format\":2}");
+    total += strlen("{\"zarr_format\":2}");
+    put(outside, "big", "a file the walk must not reach through a symlink");
+    char link[512], target[512];
+    snprintf(link, sizeof link, "%s/a/link", store);
+    snprintf(target, sizeof target, "%s/big", outside);
+    CHECK_EQ(symlink(target, link), 0);
+    const uint64_t entries = 300 + 1 + 2 + 1; /* files, .zgroup, a/ and b/, the link */
+
+    zarr_dir dir;
+    CHECK_EQ(zarr_dir_open(&dir, store), 0);
+    uint64_t bytes = 1;
+    CHECK_EQ(zarr_dir_bytes(&dir, 2000000, 2.0, &bytes), 0);
+    CHECK_EQ(bytes, total);
+    CHECK_EQ(zarr_dir_bytes(&dir, entries, 60.0, &bytes), 0);
+    CHECK_EQ(bytes, total);
+    CHECK_EQ(zarr_dir_bytes(&dir, entries - 1, 60.0, &bytes), -1);
+    CHECK_EQ(bytes, 0);
+    CHECK_EQ(zarr_dir_bytes(&dir, 10, 60.0, &bytes), -1);
+    /* no time left: the walk stops at its first look at the clock */
+    CHECK_EQ(zarr_dir_bytes(&dir, 2000000, 0.0, &bytes), -1);
+    CHECK_EQ(bytes, 0);
+    zarr_dir_close(&dir);
+done:
+    drop_dir(store);
+    drop_dir(outside);
+}
