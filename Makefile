@@ -81,7 +81,7 @@ VENV    := .venv
 endif
 PORT    ?= 8080
 
-.PHONY: all deps run test check unit pytest venv clean fuzz-replay fuzz bench layout-check test-corpus fresh-check image-check
+.PHONY: all deps run test check unit pytest venv clean fuzz-replay fuzz bench bench-zip layout-check test-corpus fresh-check image-check
 all: $(BUILD)/cellar
 
 # Installs the Debian packages that are missing (needs root, as on CI).
@@ -284,6 +284,12 @@ BENCH_REPEAT   ?= 1
 bench: deps $(BUILD)/cellar $(WEED_BIN)
 	BENCH_SCALE=$(BENCH_SCALE) BENCH_DURATION=$(BENCH_DURATION) BENCH_REPEAT=$(BENCH_REPEAT) \
 	  CELLAR_BIN=$(abspath $(BUILD)/cellar) CELLAR_WEED=$(WEED_BIN) sh bench/run.sh
+
+# The zip section of BENCHMARKS.md: cellar's storage/zip against libzip
+# (bench/zip_libs.c) on zarr zips of 1,000 and 100,000 entries; about a
+# minute (the zips written once into bench/data/zip/).  Never part of make test.
+bench-zip: $(BUILD)/libcellar.a
+	sh bench/zip_libs.sh $(BUILD)
 
 # The README's two commands on a fresh Debian 12 (tests/fresh_check.sh): a
 # minimal bookworm made by mmdebstrap, this repository's HEAD cloned into it,
