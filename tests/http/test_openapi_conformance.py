@@ -45,8 +45,22 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 HOOKS = Path(__file__).with_name("openapi_hooks.py")
 SEED = 1
-MAX_EXAMPLES = 50
-# The run measured about 3 minutes on 2 cores; the bound is for a slow CI.
+# Examples of the fuzzing phase per operation (--max-examples).  Issue 16
+# asks for "a few hundred examples per operation" in a few minutes, which 2
+# cores do not give; measured (this module alone, 149 operations; requests
+# per operation counted from the report, the coverage phase's ~80 included;
+# CPU seconds of pytest, schemathesis and the server):
+#   50: median 135 requests per operation, 147 s CPU, about 3 min on an
+#       idle machine (4:09 at a load average of 15)
+#   60: median 145, 194 s CPU, about 4 min (4:50 at a load average of 10)
+#   75: median 160, 236 s CPU, about 5 min
+#  150: not finished within RUN_TIMEOUT (15 min) at a load average of 17
+# A few hundred per operation (a median near 300) would take 12 minutes or
+# more, in each of make test's two runs (plain and sanitizer builds) of its
+# 45; 60 is the largest that keeps this module near 4 minutes.
+# CELLAR_ST_EXAMPLES=300 runs a longer campaign by hand.
+MAX_EXAMPLES = int(os.environ.get("CELLAR_ST_EXAMPLES", "60"))
+# The bound is for a slow or loaded CI.
 RUN_TIMEOUT = 900
 
 pytestmark = pytest.mark.timeout(RUN_TIMEOUT + 60)
