@@ -2725,7 +2725,8 @@ static int h5_stream_string(node *n, size_t piece, node_string_sink sink, void *
     const h5_node *root = n->root->impl, *h = n->impl;
     if (!root || !root->file_path || h->field || h->foreign)
         return cellar_fail(err, CELLAR_EINVAL, "'%s' cannot be streamed", n->path);
-    return h5_stream_vlen_string(root->file_path, n->path, piece, sink, ctx, err);
+    return h5_stream_vlen_string(root->file_path, n->path, h5_link_access(), piece, sink, ctx,
+                                 err);
 }
 
 void h5_library_init(void)

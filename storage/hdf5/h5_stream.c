@@ -13,7 +13,6 @@
 
 #include "storage/hdf5/h5_access.h"
 #include "storage/hdf5/h5_heap.h"
-#include "storage/hdf5/h5_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -66,8 +65,8 @@ done:
 
 /* Asks libhdf5 where the dataset's element lies and how addresses are
  * written.  0, or CELLAR_EINVAL. */
-static int locate(const char *file_path, const char *dset_path, vlen_where *w,
-                  cellar_error *err)
+static int locate(const char *file_path, const char *dset_path, hid_t dataset_access,
+                  vlen_where *w, cellar_error *err)
 {
     int rc = 0;
     hid_t fapl = -1, file = -1, fcpl = -1, d = -1;
@@ -89,7 +88,7 @@ static int locate(const char *file_path, const char *dset_path, vlen_where *w,
         goto done;
     }
     w->base = userblock;
-    d = H5Dopen2(file, dset_path, h5_link_access());
+    d = H5Dopen2(file, dset_path, dataset_access);
     if (d < 0 || !dataset_ok(d)) {
         rc = not_here(err, "not a contiguous variable-length string");
         goto done;
@@ -196,15 +195,15 @@ static int stream_bytes(int fd, uint64_t at, uint64_t len, size_t piece, h5_stre
     return rc;
 }
 
-int h5_stream_vlen_string(const char *file_path, const char *dset_path, size_t piece,
-                          h5_stream_sink sink, void *ctx, cellar_error *err)
+int h5_stream_vlen_string(const char *file_path, const char *dset_path, hid_t dataset_access,
+                          size_t piece, h5_stream_sink sink, void *ctx, cellar_error *err)
 {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* per thread in libhdf5 */
     struct stat st;
     if (piece == 0 || stat(file_path, &st) < 0 || !S_ISREG(st.st_mode))
         return not_here(err, "not a regular file");
     vlen_where w = {0};
-    int rc = locate(file_path, dset_path, &w, err);
+    int rc = locate(file_path, dset_path, dataset_access, &w, err);
     if (rc)
         return rc;
     int fd = open(file_path, O_RDONLY | O_CLOEXEC);

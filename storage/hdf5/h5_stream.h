@@ -24,6 +24,8 @@
 
 #include <stddef.h>
 
+#include <hdf5.h>
+
 #include "common/error.h"
 
 /* Receives the next piece of the string (len > 0); returns 0 or a
@@ -32,7 +34,9 @@ typedef int (*h5_stream_sink)(void *ctx, const char *data, size_t len, cellar_er
 
 /* Streams the variable-length string of the dataset at `dset_path` (a
  * scalar, or a 1-D dataset of one element) of the HDF5 file `file_path`
- * to `sink` in pieces of at most `piece` bytes (> 0).
+ * to `sink` in pieces of at most `piece` bytes (> 0).  The dataset is
+ * opened with `dataset_access` (the caller's access list: h5_link_access,
+ * whose prefixes every open of a dataset of that file must share).
  *
  * Returns 0 when every byte went to the sink.  CELLAR_EINVAL when the
  * dataset is not one this module reads (not a vlen string, not contiguous,
@@ -40,7 +44,7 @@ typedef int (*h5_stream_sink)(void *ctx, const char *data, size_t len, cellar_er
  * given to the sink then, and the caller should read the string another
  * way.  After the first piece: what the sink returned, CELLAR_EIO when a
  * read fails, CELLAR_EFORMAT when the file ends early. */
-int h5_stream_vlen_string(const char *file_path, const char *dset_path, size_t piece,
-                          h5_stream_sink sink, void *ctx, cellar_error *err);
+int h5_stream_vlen_string(const char *file_path, const char *dset_path, hid_t dataset_access,
+                          size_t piece, h5_stream_sink sink, void *ctx, cellar_error *err);
 
 #endif

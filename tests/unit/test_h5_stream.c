@@ -126,7 +126,7 @@ static void check_streamed(const char *file, const char *dset, const char *expec
     collected c = {0};
     cellar_error err;
     cellar_error_clear(&err);
-    int rc = h5_stream_vlen_string(path, dset, PIECE, collect, &c, &err);
+    int rc = h5_stream_vlen_string(path, dset, H5P_DEFAULT, PIECE, collect, &c, &err);
     if (rc)
         fprintf(stderr, "streaming %s %s: %s\n", file, dset, err.detail);
     CHECK_EQ(rc, 0); /* streamed, not "not handled here" */
@@ -146,7 +146,7 @@ static void check_not_handled(const char *dset)
     collected c = {0};
     cellar_error err;
     cellar_error_clear(&err);
-    CHECK_EQ(h5_stream_vlen_string(path, dset, PIECE, collect, &c, &err), CELLAR_EINVAL);
+    CHECK_EQ(h5_stream_vlen_string(path, dset, H5P_DEFAULT, PIECE, collect, &c, &err), CELLAR_EINVAL);
     CHECK_EQ(c.pieces, 0);
     free(c.data);
 }
