@@ -8,17 +8,46 @@
 
 #include "common/dtoa.h"
 
+/* "00" .. "99": two digits per division, the way the digits of big
+ * answers (node ids, counts) are written. */
+static const char digit_pairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
 size_t fmt_u64(uint64_t v, char *out)
 {
-    char t[24];
-    size_t n = 0;
-    do {
-        t[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        out[i] = t[n - 1 - i];
+    size_t n = 1;
+    for (uint64_t t = v;; t /= 10000, n += 4) {
+        if (t < 10)
+            break;
+        if (t < 100) {
+            n += 1;
+            break;
+        }
+        if (t < 1000) {
+            n += 2;
+            break;
+        }
+        if (t < 10000) {
+            n += 3;
+            break;
+        }
+    }
     out[n] = '\0';
+    char *p = out + n;
+    while (v >= 100) {
+        unsigned d = (unsigned)(v % 100) * 2;
+        v /= 100;
+        *--p = digit_pairs[d + 1];
+        *--p = digit_pairs[d];
+    }
+    if (v >= 10) {
+        *--p = digit_pairs[v * 2 + 1];
+        *--p = digit_pairs[v * 2];
+    } else {
+        *--p = (char)('0' + v);
+    }
     return n;
 }
 

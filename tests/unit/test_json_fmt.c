@@ -179,3 +179,34 @@ void test_json_writer_matches_yajl(void)
     buf_destroy(&mine);
     buf_destroy(&theirs);
 }
+
+/* fmt_u64 / fmt_i64 (two digits per division) against printf: every power
+ * of ten and its neighbours, the extremes, and random values of every
+ * length. */
+void test_fmt_int_matches_printf(void)
+{
+    char got[NUMBER_TEXT_MAX], want[NUMBER_TEXT_MAX];
+    uint64_t p = 1, seed = 88172645463325252ull;
+    for (int i = 0; i < 2000; i++) {
+        uint64_t v;
+        if (i < 60) {
+            v = p + (uint64_t)(i % 3) - 1; /* p - 1, p, p + 1 */
+            if (i % 3 == 2 && p <= UINT64_MAX / 10)
+                p *= 10;
+        } else if (i < 64) {
+            v = i == 60 ? 0 : i == 61 ? UINT64_MAX : i == 62 ? (uint64_t)INT64_MAX : 1ull << 63;
+        } else {
+            seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+            v = seed >> (seed % 64);
+        }
+        size_t n = fmt_u64(v, got);
+        snprintf(want, sizeof want, "%" PRIu64, v);
+        CHECK_EQ(n, strlen(want));
+        CHECK_STR_EQ(got, want);
+        int64_t s = (int64_t)v;
+        n = fmt_i64(s, got);
+        snprintf(want, sizeof want, "%" PRId64, s);
+        CHECK_EQ(n, strlen(want));
+        CHECK_STR_EQ(got, want);
+    }
+}
