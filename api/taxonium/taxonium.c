@@ -173,7 +173,7 @@ int api_taxonium_nodes(api_request *req, api_response *res, cellar_error *err)
     tree_thin_box box = {b[0] / tab->scale_x, b[1] / tab->scale_x, b[2] / tab->scale_y,
                          b[3] / tab->scale_y, TX_ROWS};
     if (tree_index_node_count(tr.t) > 0 && b[0] <= b[1] && b[2] <= b[3] &&
-        (rc = tree_index_thin_with(tr.t, tab->thin, &box, req->arena, &e, &k, &thinned, err)))
+        (rc = tree_index_thin_with(tr.t, tab->thin, tab->rank, &box, req->arena, &e, &k, &thinned, err)))
         return rc;
     /* Written straight into the body: this is the answer every pan and
      * zoom asks for, tens of thousands of nodes for a big tree. */

@@ -151,40 +151,19 @@ static int plain_text(const char *s, size_t n)
     return 1;
 }
 
-typedef struct y_key {
-    double y;
-    int32_t pre, node;
-} y_key;
-
-static int cmp_y_key(const void *pa, const void *pb)
-{
-    const y_key *a = pa, *b = pb;
-    if (a->y != b->y)
-        return a->y < b->y ? -1 : 1;
-    return (a->pre > b->pre) - (a->pre < b->pre);
-}
-
-/* rank[v]: node v's place when sorted by y, then preorder (nodes/ order). */
+/* rank[v]: node v's place when sorted by y, then preorder (nodes/ order),
+ * and order, its inverse. */
 static int y_ranks(tx_table *tab, const tree_index *t, int32_t n, int32_t **order_out,
                    cellar_error *err)
 {
-    y_key *k = malloc((size_t)(n ? n : 1) * sizeof *k);
     int32_t *order = malloc((size_t)(n ? n : 1) * sizeof *order);
-    tab->rank = tree_index_calloc((size_t)n, sizeof *tab->rank);
-    if (!k || !order || !tab->rank) {
-        free(k);
+    tab->rank = tree_thin_y_ranks(t);
+    if (!order || !tab->rank) {
         free(order);
         return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
     }
     for (int32_t v = 0; v < n; v++)
-        k[v] = (y_key){tree_index_y(t, v), tree_index_preorder(t, v), v};
-    if (n > 1)
-        qsort(k, (size_t)n, sizeof *k, cmp_y_key);
-    for (int32_t r = 0; r < n; r++) {
-        order[r] = k[r].node;
-        tab->rank[k[r].node] = r;
-    }
-    free(k);
+        order[tab->rank[v]] = v;
     *order_out = order;
     return 0;
 }

@@ -13,6 +13,7 @@ typedef struct thin_key {
 typedef struct thin_run {
     const tree_index *t;
     const tree_thin_node *nd;  /* or NULL: the index's getters */
+    const int32_t *y_rank;     /* or NULL: the answer is sorted by comparisons */
     const tree_thin_box *box;
     double h;            /* row height */
     int32_t *stack;      /* expanded nodes whose children are still to visit */
@@ -67,6 +68,34 @@ tree_thin_node *tree_thin_nodes(const tree_index *t)
                                  tree_index_preorder(t, v)};
     }
     return nd;
+}
+
+static int cmp_key(const void *pa, const void *pb)
+{
+    const thin_key *a = pa, *b = pb;
+    if (a->y != b->y)
+        return a->y < b->y ? -1 : 1;
+    return (a->pre > b->pre) - (a->pre < b->pre);
+}
+
+int32_t *tree_thin_y_ranks(const tree_index *t)
+{
+    int32_t n = tree_index_node_count(t);
+    thin_key *k = malloc((size_t)(n ? n : 1) * sizeof *k);
+    int32_t *rank = tree_index_calloc((size_t)n, sizeof *rank);
+    if (!k || !rank) {
+        free(k);
+        free(rank);
+        return NULL;
+    }
+    for (int32_t v = 0; v < n; v++)
+        k[v] = (thin_key){tree_index_y(t, v), tree_index_preorder(t, v), v, 0};
+    if (n > 1)
+        qsort(k, (size_t)n, sizeof *k, cmp_key);
+    for (int32_t r = 0; r < n; r++)
+        rank[k[r].node] = r;
+    free(k);
+    return rank;
 }
 
 static tree_thin_node node_of(const thin_run *r, int32_t v)
@@ -155,22 +184,71 @@ static void visit_list(thin_run *r, const int32_t *list, int32_t n)
     }
 }
 
-static int cmp_key(const void *pa, const void *pb)
+/* Digits of the radix sort by y rank: 11 bits, so that a million-node
+ * tree's ranks take two passes over a 16 KiB count table. */
+#define RANK_DIGIT_BITS 11
+#define RANK_DIGITS (1u << RANK_DIGIT_BITS)
+
+/* r->out in the order of its nodes' y ranks (distinct: the order of
+ * cmp_key), by a least-significant-digit radix sort of the ranks above the
+ * smallest: O(answer) where a comparison sort costs O(answer log answer).
+ * Returns -1 when out of memory. */
+static int sort_by_rank(thin_run *r)
 {
-    const thin_key *a = pa, *b = pb;
-    if (a->y != b->y)
-        return a->y < b->y ? -1 : 1;
-    return (a->pre > b->pre) - (a->pre < b->pre);
+    int32_t n = r->out_n, lo = INT32_MAX, hi = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t k = r->y_rank[r->out[i].node];
+        lo = k < lo ? k : lo;
+        hi = k > hi ? k : hi;
+    }
+    uint64_t *key = malloc((size_t)n * sizeof *key), *tmp = malloc((size_t)n * sizeof *tmp);
+    thin_key *sorted = malloc((size_t)n * sizeof *sorted);
+    uint32_t *count = malloc(RANK_DIGITS * sizeof *count);
+    int rc = -1;
+    if (!key || !tmp || !sorted || !count)
+        goto done;
+    /* The rank above lo in the high half, the entry's index in the low. */
+    for (int32_t i = 0; i < n; i++)
+        key[i] = (uint64_t)(uint32_t)(r->y_rank[r->out[i].node] - lo) << 32 | (uint32_t)i;
+    uint32_t span = (uint32_t)(hi - lo);
+    for (unsigned shift = 0; shift < 32 && (shift == 0 || span >> shift); shift += RANK_DIGIT_BITS) {
+        memset(count, 0, RANK_DIGITS * sizeof *count);
+        for (int32_t i = 0; i < n; i++)
+            count[(key[i] >> (32 + shift)) & (RANK_DIGITS - 1)]++;
+        uint32_t sum = 0;
+        for (uint32_t d = 0; d < RANK_DIGITS; d++) {
+            uint32_t c = count[d];
+            count[d] = sum;
+            sum += c;
+        }
+        for (int32_t i = 0; i < n; i++)
+            tmp[count[(key[i] >> (32 + shift)) & (RANK_DIGITS - 1)]++] = key[i];
+        uint64_t *swap = key;
+        key = tmp;
+        tmp = swap;
+    }
+    for (int32_t i = 0; i < n; i++)
+        sorted[i] = r->out[(uint32_t)key[i]];
+    free(r->out);
+    r->out = sorted;
+    sorted = NULL;
+    rc = 0;
+done:
+    free(key);
+    free(tmp);
+    free(sorted);
+    free(count);
+    return rc;
 }
 
 int tree_index_thin(const tree_index *t, const tree_thin_box *box, arena *a,
                     tree_view_entry **out, int32_t *n_out, int *thinned, cellar_error *err)
 {
-    return tree_index_thin_with(t, NULL, box, a, out, n_out, thinned, err);
+    return tree_index_thin_with(t, NULL, NULL, box, a, out, n_out, thinned, err);
 }
 
 int tree_index_thin_with(const tree_index *t, const tree_thin_node *nodes,
-                         const tree_thin_box *box, arena *a, tree_view_entry **out,
+                         const int32_t *y_rank, const tree_thin_box *box, arena *a, tree_view_entry **out,
                          int32_t *n_out, int *thinned, cellar_error *err)
 {
     *out = NULL;
@@ -182,7 +260,7 @@ int tree_index_thin_with(const tree_index *t, const tree_thin_node *nodes,
         return cellar_fail(err, CELLAR_EINVAL, "the box bounds must be numbers");
     if (box->x0 > box->x1 || box->y0 > box->y1)
         return cellar_fail(err, CELLAR_EINVAL, "the box needs x0 <= x1 and y0 <= y1");
-    thin_run r = {.t = t, .nd = nodes, .box = box};
+    thin_run r = {.t = t, .nd = nodes, .y_rank = y_rank, .box = box};
     int32_t nr;
     const int32_t *roots = tree_index_roots(t, &nr);
     visit_list(&r, roots, nr);
@@ -196,7 +274,11 @@ int tree_index_thin_with(const tree_index *t, const tree_thin_node *nodes,
         rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory thinning the tree");
         goto done;
     }
-    if (r.out_n > 1)
+    if (r.out_n > 1 && y_rank && sort_by_rank(&r)) {
+        rc = cellar_fail(err, CELLAR_ENOMEM, "out of memory thinning the tree");
+        goto done;
+    }
+    if (r.out_n > 1 && !y_rank)
         qsort(r.out, (size_t)r.out_n, sizeof *r.out, cmp_key);
     tree_view_entry *e = arena_calloc(a, (size_t)(r.out_n ? r.out_n : 1), sizeof *e);
     if (!e) {

@@ -24,7 +24,9 @@
  *
  * Entries come sorted by y, then by preorder (a parent before a child of
  * the same y).  Cost: the nodes visited, i.e. the answer and the children
- * of its expanded nodes, then a sort of the answer. */
+ * of its expanded nodes, then a sort of the answer: by comparisons, or in
+ * linear time by a radix sort when the caller passes every node's place in
+ * that order (tree_thin_y_ranks, built once per tree). */
 #ifndef CELLAR_TREE_THIN_H
 #define CELLAR_TREE_THIN_H
 
@@ -51,6 +53,11 @@ typedef struct tree_thin_node {
  * NULL when out of memory. */
 tree_thin_node *tree_thin_nodes(const tree_index *t);
 
+/* rank[v]: node v's place among all nodes of t sorted by y, then by
+ * preorder (the order of the answers below), malloc'd (free()), or NULL when
+ * out of memory.  O(n log n). */
+int32_t *tree_thin_y_ranks(const tree_index *t);
+
 /* Bin of y in the box: -1 above y0, rows past y1 (y1 itself is in the last
  * bin).  Exposed so tests and callers place nodes the same way. */
 int64_t tree_thin_row(const tree_thin_box *box, double y);
@@ -62,9 +69,11 @@ int64_t tree_thin_row(const tree_thin_box *box, double y);
 int tree_index_thin(const tree_index *t, const tree_thin_box *box, arena *a,
                     tree_view_entry **out, int32_t *n_out, int *thinned, cellar_error *err);
 
-/* The same with the records of tree_thin_nodes(t) (NULL: read the index). */
+/* The same with the records of tree_thin_nodes(t) (NULL: read the index)
+ * and the ranks of tree_thin_y_ranks(t) (NULL: sort by comparisons); the
+ * answer is the same either way. */
 int tree_index_thin_with(const tree_index *t, const tree_thin_node *nodes,
-                         const tree_thin_box *box, arena *a, tree_view_entry **out,
+                         const int32_t *y_rank, const tree_thin_box *box, arena *a, tree_view_entry **out,
                          int32_t *n_out, int *thinned, cellar_error *err);
 
 #endif

@@ -131,7 +131,7 @@ void test_tree_thin_random(void)
             tree_view_entry *e2 = NULL;
             int32_t k2 = 0;
             int thinned2 = 0;
-            CHECK_EQ(tree_index_thin_with(t, nd, &boxes[i], a, &e2, &k2, &thinned2, &err), 0);
+            CHECK_EQ(tree_index_thin_with(t, nd, NULL, &boxes[i], a, &e2, &k2, &thinned2, &err), 0);
             CHECK_EQ(k2, k);
             CHECK_EQ(thinned2, thinned);
             CHECK(k == 0 || memcmp(e, e2, (size_t)k * sizeof *e) == 0);
@@ -146,6 +146,68 @@ void test_tree_thin_random(void)
         }
         free(nd);
         arena_free(a);
+        tree_index_free(t);
+    }
+}
+
+/* The answer put in order by a radix sort of the nodes' y ranks equals the
+ * one sorted by comparisons (y, then preorder), entry for entry, on random
+ * boxes of random trees (unary nodes give ties in y), and the ranks are
+ * that order. */
+void test_tree_thin_rank_order(void)
+{
+    cellar_error err;
+    for (int round = 0; round < 3; round++) {
+        tree_index *t = random_tree(round == 2 ? 3 : 30000, 7u + (unsigned)round, round % 2);
+        int32_t *rank = t ? tree_thin_y_ranks(t) : NULL;
+        tree_thin_node *nd = t ? tree_thin_nodes(t) : NULL;
+        CHECK(t && rank && nd);
+        if (!t || !rank || !nd) {
+            free(rank);
+            free(nd);
+            tree_index_free(t);
+            return;
+        }
+        int32_t n = tree_index_node_count(t), *at = calloc((size_t)n, sizeof *at);
+        CHECK(at != NULL);
+        for (int32_t v = 0; at && v < n; v++) {
+            CHECK(rank[v] >= 0 && rank[v] < n);
+            at[rank[v]] = v;
+        }
+        for (int32_t r = 1; at && r < n; r++) {
+            int32_t u = at[r - 1], v = at[r];
+            double yu = tree_index_y(t, u), yv = tree_index_y(t, v);
+            CHECK(yu < yv || (yu == yv && tree_index_preorder(t, u) < tree_index_preorder(t, v)));
+        }
+        free(at);
+        arena *a = arena_new();
+        double ym = tree_index_leaf_total(t) - 1, xm = tree_index_x_max(t, 0);
+        unsigned seed = 12345u + (unsigned)round;
+        for (int i = 0; i < 60; i++) {
+            double q[4];
+            for (int j = 0; j < 4; j++) {
+                seed = seed * 1103515245u + 12345u;
+                q[j] = (double)(seed >> 8) / (1u << 24);
+            }
+            tree_thin_box b = {xm * fmin(q[0], q[1]), xm * fmax(q[0], q[1]),
+                               ym * fmin(q[2], q[3]), ym * fmax(q[2], q[3]),
+                               i % 3 == 0 ? 2000 : 1 + (int32_t)(seed % 500)};
+            if (i == 0)
+                b = (tree_thin_box){0, xm, 0, ym, 2000};
+            tree_view_entry *e1 = NULL, *e2 = NULL;
+            int32_t k1 = 0, k2 = 0;
+            int th1 = 0, th2 = 0;
+            CHECK_EQ(tree_index_thin_with(t, nd, NULL, &b, a, &e1, &k1, &th1, &err), 0);
+            CHECK_EQ(tree_index_thin_with(t, nd, rank, &b, a, &e2, &k2, &th2, &err), 0);
+            CHECK_EQ(k2, k1);
+            CHECK_EQ(th2, th1);
+            CHECK(k1 == k2 && (k1 == 0 || memcmp(e1, e2, (size_t)k1 * sizeof *e1) == 0));
+            if (i == 0 && n > 1000 && k1 > 1) /* ranks over more than one radix digit */
+                CHECK(rank[e1[k1 - 1].node] - rank[e1[0].node] >= 2048);
+        }
+        arena_free(a);
+        free(rank);
+        free(nd);
         tree_index_free(t);
     }
 }
