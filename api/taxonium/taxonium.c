@@ -11,9 +11,6 @@
 #include "api/taxonium/tx_tree.h"
 #include "storage/trees/tree_thin.h"
 
-/* Taxonium's getNodes thins to 2000 bins along y. */
-#define TX_ROWS 2000
-
 static int start_json(api_request *req, api_response *res, json_out *j, cellar_error *err)
 {
     res->body.len = 0;
@@ -166,42 +163,10 @@ int api_taxonium_nodes(api_request *req, api_response *res, cellar_error *err)
     int rc = tx_open(req, &tr, extra, 1, err);
     if (rc || (rc = tx_box_params(req, &tr, b, err)))
         return rc;
-    const tx_table *tab = tr.tab;
-    tree_view_entry *e = NULL;
-    int32_t k = 0;
-    int thinned = 0;
-    tree_thin_box box = {b[0] / tab->scale_x, b[1] / tab->scale_x, b[2] / tab->scale_y,
-                         b[3] / tab->scale_y, TX_ROWS};
-    if (tree_index_node_count(tr.t) > 0 && b[0] <= b[1] && b[2] <= b[3] &&
-        (rc = tree_index_thin_with(tr.t, tab->thin, tab->rank, &box, req->arena, &e, &k, &thinned, err)))
-        return rc;
     /* Written straight into the body: this is the answer every pan and
      * zoom asks for, tens of thousands of nodes for a big tree. */
-    buf *body = &res->body;
-    uint64_t limit = api_limit(req);
-    body->len = 0;
-    buf_printf(body, "{\"bins\":{\"rows\":%d", TX_ROWS);
-    static const char *const names[] = {"min_x", "max_x", "min_y", "max_y"};
-    for (int i = 0; i < 4; i++) {
-        char num[NUMBER_TEXT_MAX];
-        size_t len = fmt_f64(b[i], num);
-        buf_printf(body, ",\"%s\":%.*s", names[i], (int)len, num);
-    }
-    buf_printf(body, "},\"thinned\":%s,\"nodes\":[", thinned ? "true" : "false");
-    for (int32_t i = 0; i < k && !body->failed; i++) {
-        if (i)
-            buf_putc(body, ',');
-        tx_append_node(body, &tr, e[i].node, e[i].collapsed);
-        if (limit && body->len > limit)
-            break;
-    }
-    buf_puts(body, "]}");
-    if (body->failed)
-        return cellar_fail(err, CELLAR_ENOMEM, "out of memory writing the answer");
-    if (limit && body->len > limit)
-        return cellar_fail(err, CELLAR_ETOOBIG,
-                           "the answer grew over the limit of %" PRIu64 " bytes; zoom in (a "
-                           "smaller box)", limit);
+    if ((rc = tx_nodes_answer(&res->body, &tr, b, req->arena, api_limit(req), err)))
+        return rc;
     res->status = 200;
     res->content_type = "application/json";
     return 0;

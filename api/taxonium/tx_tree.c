@@ -18,6 +18,8 @@
 #define TX_FEW_FACTOR 0.6666
 /* Budget for the meta columns read whole when no response limit is set. */
 #define TX_META_BUDGET (1ull << 30)
+/* A node's usual size in a nodes/ answer, to size its buffer. */
+#define TX_NODE_BYTES 160
 
 typedef struct build_ctx {
     api_request *req;
@@ -107,6 +109,23 @@ done:
     return rc;
 }
 
+/* col->key: ,"meta_<column>": as the node writer puts it before a value. */
+static int meta_key(tx_table *tab, tx_column *col)
+{
+    buf b = {0};
+    buf_putc(&b, ',');
+    tx_append_str(&b, col->meta, strlen(col->meta));
+    buf_putc(&b, ':');
+    char *key = b.failed ? NULL : arena_alloc(tab->a, b.len);
+    if (key) {
+        memcpy(key, b.data, b.len);
+        col->key = key;
+        col->key_len = b.len;
+    }
+    buf_destroy(&b);
+    return key ? 0 : -1;
+}
+
 static int read_columns(build_ctx *c, tx_table *tab, const frame *f, const dim_sel *sel,
                         cellar_error *err)
 {
@@ -133,7 +152,7 @@ static int read_columns(build_ctx *c, tx_table *tab, const frame *f, const dim_s
                                                          : col->vals.dtype;
         col->numeric = dt != DT_STRING;
         col->meta = arena_printf(tab->a, "meta_%s", fc->name);
-        if (!col->meta)
+        if (!col->meta || meta_key(tab, col))
             return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
         tab->n_cols++;
     }
@@ -486,51 +505,51 @@ static void append_lit(buf *b, const char *lit, size_t n)
 
 #define LIT(b, s) append_lit(b, s, sizeof s - 1)
 
-static void append_i64(buf *b, int64_t v)
+/* Copies a string literal to p and moves p past it. */
+#define PUT(p, lit) (memcpy((p), (lit), sizeof(lit) - 1), (p) += sizeof(lit) - 1)
+
+/* x rounded half away from zero, as llround rounds, for |x| < 2^63: x
+ * minus its truncation is exact. */
+static inline int64_t round_away(double x)
 {
-    char *p = buf_reserve(b, NUMBER_TEXT_MAX);
-    if (p)
-        b->len += fmt_i64(v, p);
+    int64_t i = (int64_t)x;
+    double f = x - (double)i;
+    return i + (f >= 0.5) - (f <= -0.5);
 }
 
-/* v rounded to `dp` decimals (as Taxonium's backend rounds x_dist to 5
- * and y to 6), written without trailing zeros; shortest round trip past
- * 1e12, where the fixed form would not fit. */
-static void append_fixed(buf *b, double v, int dp)
+/* Writes v rounded to `dp` decimals (as Taxonium's backend rounds x_dist
+ * to 5 and y to 6), without trailing zeros, at p (NUMBER_TEXT_MAX bytes);
+ * shortest round trip past 1e12, where the fixed form would not fit.
+ * Returns the length. */
+static inline size_t put_fixed(char *p, double v, int dp)
 {
     static const double scale[] = {1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6};
-    char *p = buf_reserve(b, NUMBER_TEXT_MAX);
-    if (!p)
-        return;
+    static const int64_t iscale[] = {1, 10, 100, 1000, 10000, 100000, 1000000};
     if (!isfinite(v) || fabs(v) >= 1e12) {
         size_t n = fmt_f64(v, p);
-        if (!n)
-            LIT(b, "null");
-        b->len += n;
-        return;
+        if (n)
+            return n;
+        memcpy(p, "null", 4);
+        return 4;
     }
-    int64_t q = llround(v * scale[dp]);
+    int64_t q = round_away(v * scale[dp]);
     size_t n = 0;
     if (q < 0) {
         p[n++] = '-';
         q = -q;
     }
-    int64_t ip = q / (int64_t)scale[dp], fp = q % (int64_t)scale[dp];
-    n += fmt_i64(ip, p + n);
+    int64_t ip = q / iscale[dp], fp = q % iscale[dp];
+    n += fmt_u64((uint64_t)ip, p + n);
     if (fp) {
-        char frac[8];
-        for (int i = dp - 1; i >= 0; i--) {
-            frac[i] = (char)('0' + fp % 10);
-            fp /= 10;
-        }
         int len = dp;
-        while (len > 0 && frac[len - 1] == '0')
-            len--;
+        for (; fp % 10 == 0; len--)
+            fp /= 10;
         p[n++] = '.';
-        memcpy(p + n, frac, (size_t)len);
+        for (int i = len - 1; i >= 0; i--, fp /= 10)
+            p[n + (size_t)i] = (char)('0' + fp % 10);
         n += (size_t)len;
     }
-    b->len += n;
+    return n;
 }
 
 static void append_meta(buf *b, const tx_column *c, int32_t s)
@@ -569,36 +588,108 @@ static void append_meta(buf *b, const tx_column *c, int32_t s)
     b->len += n;
 }
 
+/* The most a node's members but its name and meta take. */
+#define NODE_FIXED_MAX                                                                          \
+    (sizeof "{\"node_id\":,\"parent_id\":,\"name\":,\"x_dist\":,\"y\":,\"num_tips\":"            \
+            ",\"is_tip\":false,\"mutations\":[]" + 5 * NUMBER_TEXT_MAX)
+
 void tx_append_node(buf *b, const tx_req *tr, int32_t v, int collapsed)
 {
-    const tx_rec *r = &tr->tab->rec[tr->tab->rank[v]];
-    LIT(b, "{\"node_id\":");
-    append_i64(b, v);
-    LIT(b, ",\"parent_id\":");
-    append_i64(b, r->parent);
-    LIT(b, ",\"name\":");
+    const tx_table *tab = tr->tab;
+    const tx_rec *r = &tab->rec[tab->rank[v]];
+    size_t name = r->name_len >= 0 ? (size_t)r->name_len + 2 : 0;
+    char *p = buf_reserve(b, NODE_FIXED_MAX + name), *s = p;
+    if (!p)
+        return;
+    PUT(s, "{\"node_id\":");
+    s += fmt_u64((uint64_t)v, s);
+    PUT(s, ",\"parent_id\":");
+    s += fmt_u64((uint64_t)r->parent, s);
+    PUT(s, ",\"name\":");
     if (r->name_len >= 0) {
-        tx_append_str(b, r->name, (size_t)r->name_len);
+        *s++ = '"';
+        memcpy(s, r->name, (size_t)r->name_len);
+        s += r->name_len;
+        *s++ = '"';
     } else {
+        b->len += (size_t)(s - p);
         tx_append_str(b, r->name, strlen(r->name));
+        if (!(p = s = buf_reserve(b, NODE_FIXED_MAX)))
+            return;
     }
-    LIT(b, ",\"x_dist\":");
-    append_fixed(b, r->x_dist, 5);
-    LIT(b, ",\"y\":");
-    append_fixed(b, r->y, 6);
-    LIT(b, ",\"num_tips\":");
-    append_i64(b, r->num_tips);
+    PUT(s, ",\"x_dist\":");
+    s += put_fixed(s, r->x_dist, 5);
+    PUT(s, ",\"y\":");
+    s += put_fixed(s, r->y, 6);
+    PUT(s, ",\"num_tips\":");
+    s += fmt_u64((uint64_t)r->num_tips, s);
     if (r->is_tip)
-        LIT(b, ",\"is_tip\":true,\"mutations\":[]");
+        PUT(s, ",\"is_tip\":true,\"mutations\":[]");
     else
-        LIT(b, ",\"is_tip\":false,\"mutations\":[]");
-    for (size_t c = 0; r->slot >= 0 && c < tr->tab->n_cols; c++) {
-        buf_putc(b, ',');
-        tx_append_str(b, tr->tab->cols[c].meta, strlen(tr->tab->cols[c].meta));
-        buf_putc(b, ':');
-        append_meta(b, &tr->tab->cols[c], r->slot);
+        PUT(s, ",\"is_tip\":false,\"mutations\":[]");
+    b->len += (size_t)(s - p);
+    for (size_t c = 0; r->slot >= 0 && c < tab->n_cols; c++) {
+        buf_append(b, tab->cols[c].key, tab->cols[c].key_len);
+        append_meta(b, &tab->cols[c], r->slot);
     }
     if (collapsed)
-        LIT(b, ",\"collapsed\":true");
-    buf_putc(b, '}');
+        LIT(b, ",\"collapsed\":true}");
+    else
+        buf_putc(b, '}');
+}
+
+static int too_big(uint64_t limit, cellar_error *err)
+{
+    return cellar_fail(err, CELLAR_ETOOBIG,
+                       "the answer grew over the limit of %" PRIu64 " bytes; zoom in (a "
+                       "smaller box)", limit);
+}
+
+/* The nodes/ answer for box bx into body, from its start; stops once it is
+ * over limit (0: none) and fails with CELLAR_ETOOBIG. */
+static int write_nodes(buf *body, const tx_req *tr, const double bx[4], arena *a,
+                       uint64_t limit, cellar_error *err)
+{
+    const tx_table *tab = tr->tab;
+    tree_view_entry *e = NULL;
+    int32_t k = 0;
+    int thinned = 0, rc;
+    tree_thin_box box = {bx[0] / tab->scale_x, bx[1] / tab->scale_x, bx[2] / tab->scale_y,
+                         bx[3] / tab->scale_y, TX_ROWS};
+    if (tree_index_node_count(tr->t) > 0 && bx[0] <= bx[1] && bx[2] <= bx[3] &&
+        (rc = tree_index_thin_with(tr->t, tab->thin, tab->rank, &box, a, &e, &k, &thinned,
+                                   err)))
+        return rc;
+    body->len = 0;
+    /* Room for the answer at once (a node takes about 145 bytes), where
+     * growing by doubling would copy it over and over. */
+    uint64_t guess = (uint64_t)k * TX_NODE_BYTES + 256;
+    buf_reserve(body, limit && guess > limit ? limit : guess);
+    buf_printf(body, "{\"bins\":{\"rows\":%d", TX_ROWS);
+    static const char *const names[] = {"min_x", "max_x", "min_y", "max_y"};
+    for (int i = 0; i < 4; i++) {
+        char num[NUMBER_TEXT_MAX];
+        size_t len = fmt_f64(bx[i], num);
+        buf_printf(body, ",\"%s\":%.*s", names[i], (int)len, num);
+    }
+    buf_printf(body, "},\"thinned\":%s,\"nodes\":[", thinned ? "true" : "false");
+    for (int32_t i = 0; i < k && !body->failed; i++) {
+        if (i)
+            buf_putc(body, ',');
+        tx_append_node(body, tr, e[i].node, e[i].collapsed);
+        if (limit && body->len > limit)
+            break;
+    }
+    buf_puts(body, "]}");
+    if (body->failed)
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory writing the answer");
+    if (limit && body->len > limit)
+        return too_big(limit, err);
+    return 0;
+}
+
+int tx_nodes_answer(buf *body, const tx_req *tr, const double b[4], arena *a, uint64_t limit,
+                    cellar_error *err)
+{
+    return write_nodes(body, tr, b, a, limit, err);
 }

@@ -19,11 +19,16 @@
 #include "storage/trees/tree_index.h"
 #include "storage/trees/tree_thin.h"
 
+/* Taxonium's getNodes thins to 2000 bins along y. */
+#define TX_ROWS 2000
+
 /* Values of one frame column at the rows the tree's nodes name. */
 typedef struct tx_column {
     const char *meta;        /* "meta_<column>" */
     int numeric;             /* numbers or bools (else strings, categories) */
     column_values vals;      /* at the rows listed in tx_table.rows order */
+    const char *key;         /* ,"meta_<column>": as a node's JSON has it */
+    size_t key_len;
 } tx_column;
 
 /* What a node's JSON needs, in one place (one cache line instead of one
@@ -78,6 +83,14 @@ int tx_node_id(const tx_req *tr, const char *name, const char *id, int32_t *out,
  * (x0 > x1 or y0 > y1) for a box beside the tree; and xType, which must be
  * x_dist.  400 for a min above its max. */
 int tx_box_params(api_request *req, const tx_req *tr, double box[4], cellar_error *err);
+
+/* Writes the nodes/ answer for box b (from tx_box_params) into body, from
+ * its start: the tree thinned to TX_ROWS bins in the box plus their
+ * ancestors (storage/trees/tree_thin.h), each node as tx_append_node
+ * writes it.  Errors: CELLAR_ETOOBIG once the answer is over limit bytes
+ * (0: no limit), CELLAR_ENOMEM; thinning's scratch comes from `a`. */
+int tx_nodes_answer(buf *body, const tx_req *tr, const double b[4], arena *a, uint64_t limit,
+                    cellar_error *err);
 
 /* v rounded to dp (0..6) decimals, as nodes are sent: Taxonium's backend
  * rounds x_dist to 5 and y to 6. */
