@@ -18,8 +18,15 @@
 #define TX_FEW_FACTOR 0.6666
 /* Budget for the meta columns read whole when no response limit is set. */
 #define TX_META_BUDGET (1ull << 30)
+/* The whole tree's nodes/ answer is kept with the table up to this size
+ * (5.9 MB for the bench's random million-node tree; a caterpillar's would
+ * hold nearly every node and is written per request instead). */
+#define TX_WHOLE_MAX (16u << 20)
 /* A node's usual size in a nodes/ answer, to size its buffer. */
 #define TX_NODE_BYTES 160
+
+static int write_nodes(buf *body, const tx_req *tr, const double bx[4], arena *a,
+                       uint64_t limit, cellar_error *err);
 
 typedef struct build_ctx {
     api_request *req;
@@ -38,6 +45,7 @@ static void table_free(void *v)
     free(tab->rank);
     free(tab->names);
     free(tab->slot);
+    free(tab->whole);
     arena_free(tab->a);
     free(tab);
 }
@@ -227,6 +235,29 @@ static int fill_records(tx_table *tab, const tree_index *t, cellar_error *err)
     return 0;
 }
 
+/* tab->whole: the nodes/ answer for the whole tree, the first thing every
+ * client asks, made once per table as Taxonium's backend makes it once at
+ * start (cached_starting_values); left NULL when over TX_WHOLE_MAX. */
+static int keep_whole(tx_table *tab, const tree_index *t, cellar_error *err)
+{
+    tx_req tr = {.t = t, .tab = tab};
+    const double whole[4] = {0, tab->max_x, 0, tab->max_y};
+    arena *a = arena_new();
+    buf b = {0};
+    cellar_error e;
+    cellar_error_clear(&e);
+    int rc = a ? write_nodes(&b, &tr, whole, a, TX_WHOLE_MAX, &e) : CELLAR_ENOMEM;
+    if (rc == 0 && (tab->whole = malloc(b.len ? b.len : 1))) {
+        memcpy(tab->whole, b.data, b.len);
+        tab->whole_len = b.len;
+    }
+    buf_destroy(&b);
+    arena_free(a);
+    if (rc == CELLAR_ENOMEM || (rc == 0 && !tab->whole))
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
+    return 0; /* over TX_WHOLE_MAX: written per request */
+}
+
 static int table_build(void *ctx, void **value, size_t *bytes, cellar_error *err)
 {
     build_ctx *c = ctx;
@@ -246,11 +277,11 @@ static int table_build(void *ctx, void **value, size_t *bytes, cellar_error *err
         if ((rc = node_rows(c, tab, &f, &sel, err)) || (rc = read_columns(c, tab, &f, &sel, err)))
             goto fail;
     }
-    if ((rc = fill_records(tab, c->t, err)))
+    if ((rc = fill_records(tab, c->t, err)) || (rc = keep_whole(tab, c->t, err)))
         goto fail;
     size_t n = (size_t)tree_index_node_count(c->t);
     tab->bytes = sizeof *tab + arena_bytes(tab->a) + n * sizeof *tab->rec + tab->bytes_extra +
-                 (tab->slot ? n * sizeof *tab->slot : 0);
+                 (tab->slot ? n * sizeof *tab->slot : 0) + tab->whole_len;
     *value = tab;
     *bytes = tab->bytes;
     return 0;
@@ -688,8 +719,23 @@ static int write_nodes(buf *body, const tx_req *tr, const double bx[4], arena *a
     return 0;
 }
 
+/* Whether box b is the whole tree's (what a client asks first). */
+static int whole_box(const tx_table *tab, const double b[4])
+{
+    const double whole[4] = {0, tab->max_x, 0, tab->max_y};
+    return !memcmp(b, whole, sizeof whole);
+}
+
 int tx_nodes_answer(buf *body, const tx_req *tr, const double b[4], arena *a, uint64_t limit,
                     cellar_error *err)
 {
-    return write_nodes(body, tr, b, a, limit, err);
+    const tx_table *tab = tr->tab;
+    if (!tab->whole || !whole_box(tab, b))
+        return write_nodes(body, tr, b, a, limit, err);
+    if (limit && tab->whole_len > limit)
+        return too_big(limit, err);
+    body->len = 0;
+    if (buf_append(body, tab->whole, tab->whole_len))
+        return cellar_fail(err, CELLAR_ENOMEM, "out of memory writing the answer");
+    return 0;
 }

@@ -56,6 +56,8 @@ typedef struct tx_table {
     int32_t *slot;           /* per node: index into the columns' values, -1 none */
     size_t n_cols;
     tx_column *cols;
+    char *whole;             /* the nodes/ answer for the whole tree, or NULL */
+    size_t whole_len;
     size_t bytes, bytes_extra;
 } tx_table;
 
@@ -87,7 +89,8 @@ int tx_box_params(api_request *req, const tx_req *tr, double box[4], cellar_erro
 /* Writes the nodes/ answer for box b (from tx_box_params) into body, from
  * its start: the tree thinned to TX_ROWS bins in the box plus their
  * ancestors (storage/trees/tree_thin.h), each node as tx_append_node
- * writes it.  Errors: CELLAR_ETOOBIG once the answer is over limit bytes
+ * writes it.  The whole tree's answer is copied from the table, where it is
+ * made once.  Errors: CELLAR_ETOOBIG once the answer is over limit bytes
  * (0: no limit), CELLAR_ENOMEM; thinning's scratch comes from `a`. */
 int tx_nodes_answer(buf *body, const tx_req *tr, const double b[4], arena *a, uint64_t limit,
                     cellar_error *err);
