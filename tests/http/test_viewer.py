@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+from decimal import ROUND_HALF_UP, Decimal
 import json
 import re
 import shutil
@@ -87,6 +88,14 @@ def driver():
 def seen(vserver, driver) -> dict:
     """One browser run over the examples, the embedding and the tree."""
     return driver(vserver, ["examples", "scatter", "tree"])
+
+
+@pytest.fixture(scope="module")
+def seen_tree(vserver, driver) -> dict:
+    """A second browser run: the tree panned and recoloured."""
+    out = driver(vserver, ["treePanColour"])
+    assert out["blocked"] == []
+    return out["treePanColour"]
 
 
 @pytest.fixture(scope="module")
@@ -196,6 +205,48 @@ def test_loads_the_examples(seen, vserver):
         assert [r[1] for r in p["tableRows"]] == list(lineage.obs_names[:25])
 
 
+def js_bytes(n) -> str:
+    """main.js's bytes(): powers of 1000, one decimal under 10 (toFixed
+    rounds the double's exact value half up)."""
+    if n is None:
+        return "–"
+    units, i = ["B", "KB", "MB", "GB", "TB"], 0
+    while n >= 1000 and i < len(units) - 1:
+        n /= 1000
+        i += 1
+    if not i:
+        return f"{n} {units[i]}"
+    q = Decimal("0.1") if n < 10 else Decimal("1")
+    return f"{Decimal(n).quantize(q, rounding=ROUND_HALF_UP)} {units[i]}"
+
+
+PAGES = {"blood.h5ad": ("blood.h5ad", None), "blood.zarr": ("blood.zarr", None),
+         "pbmc_small.h5mu": ("pbmc_small.h5mu", None), "pbmc_small.h5mu-rna": ("pbmc_small.h5mu", "rna"),
+         "lineage.h5td": ("lineage.h5td", None), "lineage.zarr": ("lineage.zarr", None)}
+
+
+def test_store_list_shows_each_stores_size(seen, vserver):
+    ex = seen["examples"]
+    listed = {s["name"]: s for s in vserver.get("/v1/stores").json()["stores"]}
+    assert len(ex["homeRows"]) == len(listed)
+    for row in ex["homeRows"]:
+        assert row[3] == js_bytes(listed[row[0]]["bytes"]), row
+    for item in ex["storeList"]:
+        assert item["meta"].endswith("· " + js_bytes(listed[item["name"]]["bytes"])), item
+    for name, (store, _) in PAGES.items():
+        assert ex["pages"][name]["facts"]["size"] == js_bytes(listed[store]["bytes"]), name
+
+
+def test_every_columns_dtype_is_the_schemas(seen, vserver):
+    pages = seen["examples"]["pages"]
+    for name, (store, mod) in PAGES.items():
+        ad_path = f"/v1/stores/{store}" + (f"/mod/{mod}" if mod else "")
+        for axis in ("obs", "var"):
+            schema = vserver.get(f"{ad_path}/{axis}/schema").json()["columns"]
+            shown = [(c["name"], c["dtype"]) for c in pages[name][axis]]
+            assert shown == [(c["name"], c["dtype"]) for c in schema], (name, axis)
+
+
 def test_scatterplot_is_drawn_and_changes_with_the_colour(seen, cells):
     sc = seen["scatter"]
     first = sc["byCellType"]
@@ -287,6 +338,37 @@ def test_tree_zoom_issues_a_viewport_request(seen):
     assert not any(p.split("?")[0].endswith("/obst/lineage") for p in tr["requests"])
     assert re.search(r"tv=[-0-9.e%C]+", tr["zoomedHash"])
     assert tr["restored"]["hash"] == tr["zoomed"]["hash"]
+
+
+def test_tree_pan_issues_a_viewport_request(seen_tree):
+    tr = seen_tree
+    assert tr["errors"] == [] and tr["zoomRequests"]
+    assert tr["panRequests"], "no viewport request after the drag"
+    box = lambda p: dict(kv.split("=") for kv in p.split("?")[1].split("&"))
+    zoom, pan = box(tr["zoomRequests"][-1]), box(tr["panRequests"][-1])
+    assert pan["obs_columns"] == "clone" and pan["max_nodes"] == zoom["max_nodes"]
+    zx0, zx1, zy0, zy1 = (float(zoom[k]) for k in ("x0", "x1", "y0", "y1"))
+    px0, px1, py0, py1 = (float(pan[k]) for k in ("x0", "x1", "y0", "y1"))
+    # The same size of box, moved against the drag (right and down) by as
+    # much of its width as the drag is of the canvas' (both axes alike).
+    assert px1 - px0 == pytest.approx(zx1 - zx0, rel=1e-3)
+    assert py1 - py0 == pytest.approx(zy1 - zy0, rel=1e-3)
+    fx = (zx0 - px0) / (zx1 - zx0) / (tr["panDrag"][0] / tr["treeBox"][2])
+    fy = (zy0 - py0) / (zy1 - zy0) / (tr["panDrag"][1] / tr["treeBox"][3])
+    assert 0.3 < fx < 1.01 and fy == pytest.approx(fx, rel=0.05)
+    assert tr["diffPan"] > 1000
+
+
+def test_tree_colour_by_an_obs_column_changes_the_canvas(seen_tree):
+    tr = seen_tree
+    assert tr["errors"] == []
+    assert [p for p in tr["timeRequests"] if "obs_columns=time" in p]
+    assert tr["byTime"]["drawn"] > 2000
+    assert tr["byTime"]["colours"] != tr["byClone"]["colours"]
+    assert tr["diffCloneTime"] > 1000
+    # Back to clone: the same picture as before.
+    assert [p for p in tr["cloneRequests"] if "obs_columns=clone" in p]
+    assert tr["diffCloneAgain"] == 0
 
 
 def test_tree_click_shows_attributes_ancestors_and_leaves(seen):

@@ -2,7 +2,8 @@
 // as JSON; tests/http/test_viewer.py judges it against what anndata and
 // treedata read.  Usage:
 //   node drive.mjs '{"base": "http://127.0.0.1:PORT", "artifacts": DIR,
-//                    "scenarios": ["examples", "scatter", "tree", ...], "token": T}'
+//                    "scenarios": ["examples", "scatter", "tree", "treePanColour", ...],
+//                    "token": T}'
 import { launch, openPage } from './browser.mjs';
 import { join } from 'node:path';
 
@@ -238,13 +239,18 @@ async function scatter(context) {
   return out;
 }
 
-async function tree(context) {
-  const { page, log } = await openPage(context);
-  const out = {};
+// The example tree's page once its tree is drawn.
+async function openTree(page) {
   await page.goto(base + '/#s=lineage.h5td');
   await ready(page);
   await page.waitForFunction(() => +(document.querySelector('#tree').dataset.drawn || 0) > 0
     && window.cellar.tree && window.cellar.tree.nodes.length, null, { timeout: TIMEOUT });
+}
+
+async function tree(context) {
+  const { page, log } = await openPage(context);
+  const out = {};
+  await openTree(page);
   out.first = await snap(page, '#tree canvas', 'first');
   out.nodes = await page.evaluate(() => window.cellar.tree.nodes.map((n) => ({ id: n.id, parent: n.parent, leaf: n.is_leaf, obs: n.obs || null, collapsed: n.collapsed })));
   out.colorValue = await page.$eval('#tree-color', (s) => s.value);
@@ -322,6 +328,64 @@ async function tree(context) {
   return out;
 }
 
+// The tree panned by a drag (after a zoom, so that the moved box is asked
+// for), then coloured by another obs column and back.
+async function treePanColour(context) {
+  const { page, log } = await openPage(context);
+  const out = {};
+  await openTree(page);
+  const box = await page.$eval('#tree canvas', (c) => { const r = c.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; });
+  out.treeBox = box;
+  const settle = async () => {
+    await page.waitForTimeout(300);
+    await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+  };
+  // A viewport request that `act` brings (null when none comes), answered.
+  const expect = async (test, act) => {
+    const from = log.requests.length;
+    const wait = page.waitForRequest((r) => r.url().includes('/viewport') && test(r.url()), { timeout: 8000 }).catch(() => null);
+    await act();
+    const req = await wait;
+    if (req) await req.response();
+    await settle();
+    return paths(log, from).filter((p) => p.includes('/viewport'));
+  };
+  out.zoomRequests = await expect((u) => u.includes('x0='), async () => {
+    await page.mouse.move(box[0] + box[2] * 0.7, box[1] + box[3] * 0.2);
+    for (let k = 0; k < 3; k++) await page.mouse.wheel(0, -250);
+  });
+  out.zoomed = await snap(page, '#tree canvas', 'zoomed');
+
+  // Drag to pan: the moved box is asked for.
+  out.panDrag = [120, 80];
+  out.panRequests = await expect((u) => u.includes('x0='), async () => {
+    await page.mouse.move(box[0] + box[2] * 0.5, box[1] + box[3] * 0.5);
+    await page.mouse.down();
+    await page.mouse.move(box[0] + box[2] * 0.5 + out.panDrag[0], box[1] + box[3] * 0.5 + out.panDrag[1], { steps: 6 });
+    await page.mouse.up();
+  });
+  out.panned = await snap(page, '#tree canvas', 'panned');
+  out.diffPan = await diff(page, 'zoomed', 'panned');
+  await shot(page, 'tree-panned');
+
+  // Colour by another obs column (continuous), then back: the canvas
+  // changes, and comes back to the same pixels (the whole tree in view).
+  await page.mouse.move(5, 5);
+  await expect(() => true, () => page.click('#tree-home'));
+  out.byClone = await snap(page, '#tree canvas', 'byClone');
+  out.timeRequests = await expect((u) => u.includes('obs_columns=time'), () => page.selectOption('#tree-color', 'obs:time'));
+  out.byTime = await snap(page, '#tree canvas', 'byTime');
+  out.diffCloneTime = await diff(page, 'byClone', 'byTime');
+  await shot(page, 'tree-by-time');
+  out.cloneRequests = await expect((u) => u.includes('obs_columns=clone'), () => page.selectOption('#tree-color', 'obs:clone'));
+  out.byCloneAgain = await snap(page, '#tree canvas', 'byCloneAgain');
+  out.diffCloneAgain = await diff(page, 'byClone', 'byCloneAgain');
+  out.errors = log.errors;
+  out.origins = origins(log);
+  await page.close();
+  return out;
+}
+
 // With --auth-file: the page asks for a token (a wrong one first) and then
 // sends it as a bearer header.
 async function auth(context) {
@@ -351,7 +415,7 @@ async function auth(context) {
   return out;
 }
 
-const SCENARIOS = { examples, scatter, tree, auth };
+const SCENARIOS = { examples, scatter, tree, treePanColour, auth };
 
 const browser = await launch();
 const results = {};
