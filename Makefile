@@ -285,9 +285,11 @@ bench: deps $(BUILD)/cellar $(WEED_BIN)
 	BENCH_SCALE=$(BENCH_SCALE) BENCH_DURATION=$(BENCH_DURATION) BENCH_REPEAT=$(BENCH_REPEAT) \
 	  CELLAR_BIN=$(abspath $(BUILD)/cellar) CELLAR_WEED=$(WEED_BIN) sh bench/run.sh
 
-# The zip section of BENCHMARKS.md: cellar's storage/zip against libzip
-# (bench/zip_libs.c) on zarr zips of 1,000 and 100,000 entries; about a
-# minute (the zips written once into bench/data/zip/).  Never part of make test.
+# The zip section of BENCHMARKS.md: cellar's storage/zip against libzip and
+# minizip (bench/zip_libs.c) on zarr zips of 1,000 and 100,000 entries; about
+# two minutes (the zips written once into bench/data/zip/).  Never part of
+# make test: its packages, libzip-dev and libminizip-dev, are installed by
+# bench/zip_libs.sh when missing, not listed in DEB_PKGS.
 bench-zip: $(BUILD)/libcellar.a
 	sh bench/zip_libs.sh $(BUILD)
 

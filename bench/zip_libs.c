@@ -1,8 +1,9 @@
-/* Reading a zarr zip store's entries two ways, for storage/zip/README.md:
- * cellar's own central-directory reader (storage/zip/zip_dir) and libzip
- * (Debian's libzip-dev), on the same zip, in separate processes.
+/* Reading a zarr zip store's entries several ways, for storage/zip/README.md:
+ * cellar's own central-directory reader (storage/zip/zip_dir), libzip
+ * (Debian's libzip-dev) and minizip (Debian's libminizip-dev, zlib's
+ * contrib/minizip 1.1), on the same zip, in separate processes.
  *
- *   zip_libs cellar|libzip ZIP N
+ *   zip_libs cellar|libzip|minizip|minizip-index ZIP N
  *
  * opens ZIP, then reads N entries named in a fixed pseudo-random order
  * (every entry of the zip but those ending in '/', once each up to N) and
@@ -13,7 +14,16 @@
  * parsed through pread, the entry found by name (binary search), its local
  * header read for the data offset, the bytes read with pread.  libzip:
  * zip_open (ZIP_RDONLY), zip_name_locate, zip_fopen_index, zip_fread,
- * zip_fclose; libzip's API has no call giving an entry's data offset. */
+ * zip_fclose; libzip's API has no call giving an entry's data offset.
+ * minizip: unzOpen64 and unzGetGlobalInfo64, then per entry unzLocateFile
+ * (which walks the central directory from its start, entry by entry),
+ * unzOpenCurrentFile, unzGetCurrentFileZStreamPos64 (the data offset,
+ * checked against the bytes read: a pread there gives the same bytes),
+ * unzReadCurrentFile, unzCloseCurrentFile.  minizip-index: the same, but
+ * the open also walks the directory once (unzGoToNextFile,
+ * unzGetCurrentFileInfo64, unzGetOffset64) into a sorted name index, and an
+ * entry is found by binary search and unzSetOffset64 instead of
+ * unzLocateFile (what a server would have to add around minizip). */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <malloc.h>
@@ -23,6 +33,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <minizip/unzip.h> /* not <unzip.h>: minizip's directory has its own zip.h */
 #include <zip.h>
 
 #include "storage/zip/zip_dir.h"
@@ -161,10 +172,114 @@ static int run_libzip(const char *path, const names *ns, size_t count, double *o
     return 0;
 }
 
+/* minizip's index (minizip-index): every entry's name and its
+ * unzGetOffset64 position, sorted by name. */
+typedef struct mz_slot {
+    char *name;
+    ZPOS64_T pos;
+} mz_slot;
+
+static int mz_slot_cmp(const void *a, const void *b)
+{
+    return strcmp(((const mz_slot *)a)->name, ((const mz_slot *)b)->name);
+}
+
+static int mz_index(unzFile uf, uint64_t n, mz_slot **out)
+{
+    mz_slot *v = calloc((size_t)n, sizeof *v);
+    char name[4096];
+    uint64_t k = 0;
+    for (int rc = unzGoToFirstFile(uf); rc == UNZ_OK && k < n; rc = unzGoToNextFile(uf)) {
+        unz_file_info64 fi;
+        if (unzGetCurrentFileInfo64(uf, &fi, name, sizeof name, NULL, 0, NULL, 0) != UNZ_OK)
+            return -1;
+        v[k].name = strdup(name);
+        v[k++].pos = unzGetOffset64(uf);
+    }
+    if (k != n)
+        return -1;
+    qsort(v, (size_t)n, sizeof *v, mz_slot_cmp);
+    *out = v;
+    return 0;
+}
+
+/* The entry current in uf read whole; its data offset in *off. */
+static int mz_read_current(unzFile uf, char *buf, size_t cap, uint64_t *off, int *got)
+{
+    if (unzOpenCurrentFile(uf) != UNZ_OK)
+        return -1;
+    *off = unzGetCurrentFileZStreamPos64(uf);
+    *got = unzReadCurrentFile(uf, buf, (unsigned)cap);
+    /* UNZ_CRCERROR when the bytes read do not match the entry's CRC */
+    return unzCloseCurrentFile(uf) != UNZ_OK || *got < 0 ? -1 : 0;
+}
+
+static int run_minizip(const char *path, const names *ns, size_t count, int indexed,
+                       double *open_s, size_t *heap, double *per_us, uint64_t *bytes,
+                       int *offset_ok)
+{
+    size_t h0 = heap_in_use();
+    double t0 = now_s();
+    unzFile uf = unzOpen64(path);
+    unz_global_info64 gi;
+    mz_slot *idx = NULL;
+    if (!uf || unzGetGlobalInfo64(uf, &gi) != UNZ_OK ||
+        (indexed && mz_index(uf, gi.number_entry, &idx) != 0)) {
+        fprintf(stderr, "minizip: cannot open %s\n", path);
+        return -1;
+    }
+    *open_s = now_s() - t0;
+    *heap = heap_in_use() - h0;
+    char *buf = malloc(1 << 20), *again = malloc(1 << 20);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Untimed: the offset minizip gives is where the entry's bytes are (a
+     * pread there reads what unzReadCurrentFile read), on the first entries. */
+    *offset_ok = fd >= 0;
+    for (size_t i = 0; i < count && i < 16 && *offset_ok; i++) {
+        uint64_t off;
+        int got;
+        *offset_ok = unzLocateFile(uf, ns->v[i], 1) == UNZ_OK &&
+                     mz_read_current(uf, buf, 1 << 20, &off, &got) == 0 && off > 0 &&
+                     pread_all(&fd, off, (size_t)got, again) == 0 &&
+                     memcmp(buf, again, (size_t)got) == 0;
+    }
+    t0 = now_s();
+    for (size_t i = 0; i < count; i++) {
+        int found;
+        if (indexed) {
+            mz_slot key = {ns->v[i], 0};
+            mz_slot *s = bsearch(&key, idx, (size_t)gi.number_entry, sizeof *idx, mz_slot_cmp);
+            found = s && unzSetOffset64(uf, s->pos) == UNZ_OK;
+        } else {
+            found = unzLocateFile(uf, ns->v[i], 1) == UNZ_OK;
+        }
+        uint64_t off;
+        int got;
+        if (!found || mz_read_current(uf, buf, 1 << 20, &off, &got) != 0) {
+            fprintf(stderr, "minizip: %s: not read\n", ns->v[i]);
+            return -1;
+        }
+        *bytes += (uint64_t)got;
+    }
+    *per_us = (now_s() - t0) / (double)count * 1e6;
+    for (uint64_t i = 0; idx && i < gi.number_entry; i++)
+        free(idx[i].name);
+    free(idx);
+    free(buf);
+    free(again);
+    if (fd >= 0)
+        close(fd);
+    unzClose(uf);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 4 || (strcmp(argv[1], "cellar") && strcmp(argv[1], "libzip"))) {
-        fprintf(stderr, "usage: zip_libs cellar|libzip ZIP N\n");
+    const char *lib = argc == 4 ? argv[1] : "";
+    int cellar = !strcmp(lib, "cellar"), libzip = !strcmp(lib, "libzip");
+    int minizip = !strcmp(lib, "minizip"), indexed = !strcmp(lib, "minizip-index");
+    if (!cellar && !libzip && !minizip && !indexed) {
+        fprintf(stderr, "usage: zip_libs cellar|libzip|minizip|minizip-index ZIP N\n");
         return 2;
     }
     names ns = {0};
@@ -178,15 +293,20 @@ int main(int argc, char **argv)
     double open_s = 0, per_us = 0;
     size_t heap = 0;
     uint64_t bytes = 0;
-    int cellar = !strcmp(argv[1], "cellar");
-    int rc = cellar ? run_cellar(argv[2], &ns, count, &open_s, &heap, &per_us, &bytes)
-                    : run_libzip(argv[2], &ns, count, &open_s, &heap, &per_us, &bytes);
+    int offset_ok = cellar, rc;
+    if (cellar)
+        rc = run_cellar(argv[2], &ns, count, &open_s, &heap, &per_us, &bytes);
+    else if (libzip)
+        rc = run_libzip(argv[2], &ns, count, &open_s, &heap, &per_us, &bytes);
+    else
+        rc = run_minizip(argv[2], &ns, count, indexed, &open_s, &heap, &per_us, &bytes,
+                         &offset_ok);
     if (rc != 0)
         return 1;
     printf("{\"lib\": \"%s\", \"entries\": %zu, \"read\": %zu, \"open_s\": %.6f, "
            "\"open_heap_bytes\": %zu, \"per_entry_us\": %.3f, \"bytes\": %" PRIu64
            ", \"data_offset_known\": %s}\n",
-           argv[1], ns.n, count, open_s, heap, per_us, bytes, cellar ? "true" : "false");
+           lib, ns.n, count, open_s, heap, per_us, bytes, offset_ok ? "true" : "false");
     for (size_t i = 0; i < ns.n; i++)
         free(ns.v[i]);
     free(ns.v);

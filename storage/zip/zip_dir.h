@@ -4,11 +4,12 @@
  * from the zip and sendfile raw keys, and libzip (1.7.3, Debian 12) has no
  * call that gives it; it also opens a 100,000-entry zip ten times slower
  * in 2.5 times the memory (measured: make bench-zip, storage/zip/README.md).
- * minizip's does give it, but it walks the directory through unbounded
- * seeks of its own.  What is parsed is small: the end of central
- * directory record (and the zip64 locator and record), the central
- * directory entries with their zip64 extra field, and, per entry when it
- * is first read, its local header.
+ * minizip's does give it, but finds an entry by walking the central
+ * directory from its start (70 ms an entry in a 100,000-entry zip), and an
+ * index of our own around it opens 6-11 times slower than this.  What is
+ * parsed is small: the end of central directory record (and the zip64
+ * locator and record), the central directory entries with their zip64
+ * extra field, and, per entry when it is first read, its local header.
  *
  * Every number is distrusted.  The directory must lie inside the file and
  * end exactly where the end record starts (no prepended or interleaved
