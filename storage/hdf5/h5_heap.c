@@ -311,17 +311,39 @@ static unsigned char *raw_buffer(const h5_heap_file *f, size_t n, cellar_error *
     return raw;
 }
 
-/* Reads the ids raw with read(ctx, raw type, buffer) and checks them. */
+/* A variable-length string's characters are one byte each (the spec's
+ * "Datatype Message", variable-length class).  libhdf5 trusts the base
+ * type's size: it sizes its conversion buffer as an id's length times it
+ * and reads that much through it, so a flipped bit there turns a heap
+ * object of 9 bytes into a 1.2 GB allocation, filled, per string. */
+static int base_check(hid_t ftype, const char *what, cellar_error *err)
+{
+    hid_t base = ftype >= 0 ? H5Tget_super(ftype) : H5I_INVALID_HID;
+    size_t size = base >= 0 ? H5Tget_size(base) : 0;
+    if (base >= 0)
+        H5Tclose(base);
+    if (size != 1)
+        return cellar_fail(err, CELLAR_EFORMAT,
+                           "the variable-length strings of %s have characters of %zu bytes",
+                           what, size);
+    return 0;
+}
+
+/* Reads the ids raw with read(ctx, raw type, buffer) and checks them;
+ * ftype is the stored type. */
 typedef herr_t (*raw_read_fn)(const void *ctx, hid_t type, void *raw);
 
-static int check_read(const h5_heap_file *f, size_t n, raw_read_fn read, const void *ctx,
-                      const char *what, cellar_error *err)
+static int check_read(const h5_heap_file *f, size_t n, hid_t ftype, raw_read_fn read,
+                      const void *ctx, const char *what, cellar_error *err)
 {
+    int rc = base_check(ftype, what, err);
+    if (rc)
+        return rc;
     unsigned char *raw = raw_buffer(f, n, err);
     if (!raw)
         return err->code;
     hid_t t = raw_type_new();
-    int rc = t < 0 || read(ctx, t, raw) < 0
+    rc = t < 0 || read(ctx, t, raw) < 0
                  ? cellar_fail(err, CELLAR_EFORMAT, "cannot read the heap ids of %s", what)
                  : ids_check(f, raw, n, err);
     if (t >= 0)
@@ -337,7 +359,11 @@ static herr_t attr_raw(const void *ctx, hid_t type, void *raw)
 
 int h5_heap_check_attr(hid_t attr, size_t n, const h5_heap_file *f, cellar_error *err)
 {
-    return check_read(f, n, attr_raw, &attr, "an attribute", err);
+    hid_t ftype = H5Aget_type(attr);
+    int rc = check_read(f, n, ftype, attr_raw, &attr, "an attribute", err);
+    if (ftype >= 0)
+        H5Tclose(ftype);
+    return rc;
 }
 
 typedef struct dataset_read {
@@ -354,5 +380,9 @@ int h5_heap_check_dataset(hid_t dset, hid_t mspace, hid_t fspace, hid_t dxpl, si
                           const h5_heap_file *f, cellar_error *err)
 {
     dataset_read d = {dset, mspace, fspace, dxpl};
-    return check_read(f, n, dataset_raw, &d, "its strings", err);
+    hid_t ftype = H5Dget_type(dset);
+    int rc = check_read(f, n, ftype, dataset_raw, &d, "its strings", err);
+    if (ftype >= 0)
+        H5Tclose(ftype);
+    return rc;
 }

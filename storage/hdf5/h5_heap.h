@@ -51,7 +51,8 @@ int h5_heap_file_sizes(hid_t file, h5_heap_file *f);
 
 /* For attr, whose n values (n > 0) are variable-length strings: 0 when
  * each heap id is safe for libhdf5 to follow (or names no data: a null
- * id of length 0), CELLAR_EFORMAT with the reason when one is not,
+ * id of length 0) and the strings' characters are of one byte,
+ * CELLAR_EFORMAT with the reason when not,
  * CELLAR_EIO when the file cannot be read, CELLAR_ENOMEM. */
 int h5_heap_check_attr(hid_t attr, size_t n, const h5_heap_file *f, cellar_error *err);
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import os
 import random
+import re
 import shutil
 import struct
 import threading
@@ -499,3 +500,47 @@ def test_heap_ids_checked_in_viewer_routes(tmp_path, server_factory, probe):
             if r.status_code >= 400:
                 assert_problem(r, r.status_code)
             assert s.alive(), path
+
+
+
+# A variable-length string datatype as h5py writes it (version 1, class 9:
+# sequence type string, size 16) and its base, a 1-byte integer whose size
+# is bytes 12..15 of the match.
+VLEN_STRING_TYPE = re.compile(rb"\x19..\x00\x10\x00\x00\x00\x10\x00\x00\x00\x01\x00\x00\x00\x00\x00\x08\x00",
+                              re.S)
+
+
+@pytest.mark.parametrize("probe", ["on", "off"])
+def test_vlen_strings_of_wide_characters(tmp_path, server_factory, probe):
+    """The characters of a variable-length string are one byte; libhdf5
+    1.10 trusts the stored size, sizes its conversion buffer as a string's
+    length times it and fills it.  test_malformed's h0048_flip.h5ad (a bit
+    flipped there: 2**27 + 1 bytes) grew the server to 2.6 GB on
+    /h5grove/attr/ of /obs.  Such strings are unreadable now: every route
+    answers a value or a problem and the server stays under 300 MB."""
+    from test_malformed import vm_hwm_kb
+
+    data = bytearray((EXAMPLES / "blood.h5ad").read_bytes())
+    hits = list(VLEN_STRING_TYPE.finditer(data))
+    assert len(hits) > 5
+    for m in hits:
+        data[m.start() + 12:m.start() + 16] = struct.pack("<I", 2**27 + 1)
+    name = "wide.h5ad"
+    (tmp_path / name).write_bytes(bytes(data))
+    shutil.copy(EXAMPLES / "blood.h5ad", tmp_path / "blood.h5ad")
+    s = server_factory(tmp_path, "--probe", "1" if probe == "on" else "0",
+                       "--probe-timeout-seconds", "20", "--probe-wait-seconds", "30")
+    paths = [f"/h5grove/{route}/?file={name}&path={element}"
+             for route in ("attr", "meta", "data")
+             for element in ("/", "/obs", "/var", "/obs/_index", "/var/_index", "/uns/title")]
+    paths += [f"/v1/stores/{name}{route}" for route in ("", "/obs", "/var", "/uns")]
+    paths += [f"/v1/stores/{name}/zarr/{key}"
+              for key in (".zmetadata", "obs/.zattrs", "obs/cell_type/categories/0", "var/_index/0")]
+    for path in paths:
+        r = get_settled(s, path)
+        assert r.status_code < 500, (path, r.status_code, r.text[:300])
+        if r.status_code >= 400:
+            assert_problem(r, r.status_code)
+        assert s.alive(), path
+        assert vm_hwm_kb(s.proc.pid) < 300 * 1024, path
+    assert s.get("/v1/stores/blood.h5ad/obs", columns="cell_type").status_code == 200
