@@ -184,6 +184,13 @@ static int jf_finish(jfilter *f)
     }
     if (f->rc < 0)
         return f->rc;
+    /* yajl finishes without a word when a string opened after the value
+     * never closes ('{}"...'): trailing bytes all the same. */
+    if (f->state == F_STR || f->state == F_ESC) {
+        f->rc = cellar_fail(f->err, CELLAR_EFORMAT,
+                            "invalid tree JSON: it ends inside a string (%llu bytes)", f->pos);
+        return f->rc;
+    }
     yajl_status st = yajl_complete_parse(f->h);
     if (st == yajl_status_ok)
         return 0;

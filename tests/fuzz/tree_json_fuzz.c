@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "tests/fuzz/fuzz.h"
 #include "common/arena.h"
 #include "common/error.h"
@@ -101,6 +103,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* treedata 0.0.x: the input as raw.treedata's "obst" member, beside a
      * label and another axis, gives the plain reader's verdict and trees;
      * and the input itself as raw.treedata never breaks the reader. */
+    json_t *one = json_loadb((const char *)data, size, JSON_DECODE_ANY, NULL);
+    int single_value = one != NULL;
+    json_decref(one);
     static const char head[] = "{\"vart\": {}, \"label\": \"lab\", \"obst\": ";
     static const char tail[] = ", \"allow_overlap\": 1}";
     size_t wrapped_n = sizeof head - 1 + size + sizeof tail - 1;
@@ -137,7 +142,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             free(info.label);
         }
         if (!whole) {
-            MUST((rc == 0) == (rc3 == 0));
+            /* Only an input that is one JSON value keeps its verdict when
+             * wrapped: '{}, "t": 2' is trailing garbage alone and a valid
+             * member list inside the wrapper. */
+            MUST(!single_value || (rc == 0) == (rc3 == 0));
             if (rc == 0 && f3) {
                 tree_forest *again = NULL;
                 cellar_error_clear(&err);

@@ -122,6 +122,22 @@ void test_trees_json_scalar_and_errors(void)
     node_tree_free(root);
 }
 
+void test_trees_json_trailing_bytes(void)
+{
+    /* A string opened after the document and never closed is trailing
+     * bytes too (yajl let it pass; found by tree_json_fuzz). */
+    static const char *const bad[] = {"{\"T\": {}}\": {}}:+Na^+}", "{\"t\": {}} \"x",
+                                      "{} \"\\", "{}, \"t\": 2"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        tree_forest *f = NULL;
+        cellar_error err;
+        cellar_error_clear(&err);
+        CHECK_EQ(tree_forest_from_json(bad[i], strlen(bad[i]), &f, &err), CELLAR_EFORMAT);
+        CHECK(f == NULL && err.detail[0]);
+        tree_forest_free(f);
+    }
+}
+
 static tree_index *newick_sample(void)
 {
     tree_builder *b = tree_builder_new("t");
