@@ -53,6 +53,9 @@ static const option_def options[] = {
         "largest POST body (default 16777216)"),
     OPT("--max-open-stores", "CELLAR_MAX_OPEN_STORES", OPT_SIZE, max_open_stores,
         "store handles kept open, least recently used closed first (default 64)"),
+    OPT("--max-open-bytes", "CELLAR_MAX_OPEN_BYTES", OPT_SIZE, max_open_bytes,
+        "bytes of indexes and views open stores may hold; idle stores beyond it "
+        "closed, least recently used first (default 536870912; 0: no bound)"),
     OPT("--idle-seconds", "CELLAR_IDLE_SECONDS", OPT_DOUBLE, idle_seconds,
         "close a store unused this long (default 300)"),
     OPT("--drain-seconds", "CELLAR_DRAIN_SECONDS", OPT_DOUBLE, drain_seconds,
@@ -207,6 +210,7 @@ static void config_defaults(server_config *cfg)
     cfg->max_response_bytes = 256ull << 20;
     cfg->max_body_bytes = 16ull << 20;
     cfg->max_open_stores = 64;
+    cfg->max_open_bytes = 512u << 20;
     cfg->idle_seconds = 300;
     cfg->drain_seconds = 30;
     cfg->cors_origin = "*";

@@ -32,6 +32,7 @@ typedef struct server_config {
     uint64_t max_response_bytes;
     uint64_t max_body_bytes;
     size_t max_open_stores;
+    size_t max_open_bytes;
     double idle_seconds;
     double drain_seconds;
     const char *cors_origin;        /* comma-separated origins, or * */

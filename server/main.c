@@ -183,6 +183,7 @@ int main(int argc, char **argv)
         .root = cfg.root,
         .remote = remote,
         .max_open_stores = cfg.max_open_stores,
+        .max_open_bytes = cfg.max_open_bytes,
         .idle_seconds = cfg.idle_seconds,
         .probes = probes,
         .external_links_in_root = cfg.external_links_in_root,

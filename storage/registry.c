@@ -670,10 +670,31 @@ static store *retire_locked(registry *r, size_t i)
 
 /* Closes least recently used idle versions while over the bound. Lock held;
  * victims are appended to *victims for freeing outside the lock. */
+/* What the open versions hold derived.  Lock held. */
+static size_t open_bytes_locked(registry *r)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < r->n_open; i++) {
+        store *s = r->open[i];
+        pthread_mutex_lock(&s->derived_lock);
+        total += s->derived_bytes;
+        pthread_mutex_unlock(&s->derived_lock);
+    }
+    return total;
+}
+
+/* Whether the open versions are past a bound: their count, or the bytes
+ * they hold derived. */
+static int over_bound_locked(registry *r)
+{
+    return r->n_open > r->cfg.max_open_stores ||
+           (r->cfg.max_open_bytes && open_bytes_locked(r) > r->cfg.max_open_bytes);
+}
+
 static void enforce_bound_locked(registry *r, store **victims, size_t *n_victims,
                                  size_t max_victims)
 {
-    while (r->n_open > r->cfg.max_open_stores && *n_victims < max_victims) {
+    while (over_bound_locked(r) && *n_victims < max_victims) {
         size_t best = SIZE_MAX;
         for (size_t i = 0; i < r->n_open; i++) {
             if (r->open[i]->refs)
@@ -1192,14 +1213,8 @@ size_t registry_open_count(registry *r)
 
 size_t registry_cache_bytes(registry *r)
 {
-    size_t total = 0;
     pthread_mutex_lock(&r->lock);
-    for (size_t i = 0; i < r->n_open; i++) {
-        store *s = r->open[i];
-        pthread_mutex_lock(&s->derived_lock);
-        total += s->derived_bytes;
-        pthread_mutex_unlock(&s->derived_lock);
-    }
+    size_t total = open_bytes_locked(r);
     pthread_mutex_unlock(&r->lock);
     return total;
 }
@@ -1493,6 +1508,19 @@ static void derived_unlink(store *s, derived_entry *e)
     }
 }
 
+/* Closes idle versions while what the open ones hold derived is past
+ * --max-open-bytes: a version grows after it opened (a tree index, a
+ * view), so the bound is kept where it grows too. */
+static void close_past_bytes(registry *r)
+{
+    store *victims[8];
+    size_t n_victims = 0;
+    pthread_mutex_lock(&r->lock);
+    enforce_bound_locked(r, victims, &n_victims, sizeof victims / sizeof *victims);
+    pthread_mutex_unlock(&r->lock);
+    free_victims(victims, n_victims);
+}
+
 int store_derived(store *s, const char *key, derived_build_fn build, void *ctx,
                   derived_free_fn free_fn, void **value, cellar_error *err)
 {
@@ -1538,5 +1566,7 @@ int store_derived(store *s, const char *key, derived_build_fn build, void *ctx,
     }
     pthread_cond_broadcast(&s->derived_cond);
     pthread_mutex_unlock(&s->derived_lock);
+    if (!rc && bytes && s->reg && s->reg->cfg.max_open_bytes)
+        close_past_bytes(s->reg);
     return rc;
 }

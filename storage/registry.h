@@ -32,6 +32,10 @@ const char *store_backend_name(store_backend b);
 typedef struct registry_config {
     const char *root;          /* data root directory; NULL: only remote stores */
     size_t max_open_stores;    /* LRU bound on open versions kept without references */
+    /* Bound on what open versions hold derived (tree indexes, views,
+     * tables: registry_cache_bytes): past it, versions nobody holds are
+     * closed, least recently used first; 0: no bound. */
+    size_t max_open_bytes;
     double idle_seconds;       /* close a store unused this long */
     /* Verdicts of the probe process that walks every HDF5 file version
      * before it is opened here (storage/probe_cache.h); borrowed, must

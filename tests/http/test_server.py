@@ -240,3 +240,46 @@ def test_port_in_use_fails_cleanly(tmp_path, server):
                          capture_output=True, text=True, timeout=10)
     assert out.returncode != 0
     assert "cannot listen" in out.stderr
+
+
+def _gauge(s, name: str) -> float:
+    for line in s.get("/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def test_open_stores_are_bounded_by_the_bytes_they_hold(tmp_path, server_factory):
+    """--max-open-bytes: once the indexes open stores hold pass the bound,
+    idle stores are closed, least recently used first, and they open again
+    when asked for; without the bound every tree store stays open."""
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    names = []
+    for i in range(4):
+        name = f"lineage{i}.h5td"
+        shutil.copy(examples / "lineage.h5td", tmp_path / name)
+        names.append(name)
+
+    def index_all(s):
+        most = 0.0
+        for name in names:
+            r = s.get(f"/v1/stores/{name}/obst/lineage/subtree", root="node22", depth=2)
+            assert r.status_code == 200, r.text[:200]
+            most = max(most, _gauge(s, "cellar_cache_bytes"))
+        return most
+
+    free = server_factory(tmp_path, "--max-open-bytes", "0", "--answer-cache-bytes", "0")
+    index_all(free)
+    one = _gauge(free, "cellar_cache_bytes") / len(names)
+    assert one > 0 and _gauge(free, "cellar_open_stores") == len(names)
+    free.stop()
+
+    bound = int(one * 1.5)  # room for one store's index, not two
+    s = server_factory(tmp_path, "--max-open-bytes", str(bound), "--answer-cache-bytes", "0")
+    index_all(s)
+    assert _gauge(s, "cellar_open_stores") == 1
+    assert _gauge(s, "cellar_cache_bytes") <= bound
+    # The closed ones answer again (their index built anew), the bound kept.
+    r = s.get(f"/v1/stores/{names[0]}/obst/lineage/subtree", root="node22", depth=2)
+    assert r.status_code == 200
+    assert _gauge(s, "cellar_open_stores") == 1 and _gauge(s, "cellar_cache_bytes") <= bound
