@@ -66,7 +66,7 @@ UNIT_OBJ := $(UNIT_SRC:%.c=$(BUILD)/%.o)
 # tests/requirements-py311.txt (anndata 0.12, mudata 0.3, treedata 0.3), in
 # .venv311.  PYTHON_FOR_VENV=/usr/bin/python3 picks a Python by hand.  Looked
 # for only by the goals that use the venv (after make deps has installed one).
-ifneq ($(filter venv unit pytest check test-corpus,$(MAKECMDGOALS)),)
+ifneq ($(filter venv unit pytest check test-corpus conformance,$(MAKECMDGOALS)),)
 ifeq ($(PYTHON_FOR_VENV),)
 PYTHON_FOR_VENV := $(shell sh tests/find_python.sh)
 endif
@@ -81,7 +81,7 @@ VENV    := .venv
 endif
 PORT    ?= 8080
 
-.PHONY: all deps run test check unit pytest venv clean fuzz-replay fuzz bench bench-zip layout-check test-corpus fresh-check image-check
+.PHONY: all deps run test check unit pytest venv clean fuzz-replay fuzz bench bench-zip layout-check test-corpus fresh-check image-check conformance
 all: $(BUILD)/cellar
 
 # Installs the Debian packages that are missing (needs root, as on CI).
@@ -255,6 +255,13 @@ test-corpus: deps
 	$(MAKE) SANITIZE=address,undefined build-san/cellar venv
 	$(SAN_ENV) CELLAR_CORPUS=full CELLAR_BIN=$(abspath build-san/cellar) \
 	  $(VENV)/bin/python -m pytest -q tests/http/test_malformed.py
+
+# schemathesis against the OpenAPI description with a few hundred examples
+# per operation (make test runs 60 per operation, which fits its time);
+# not part of make test: about half an hour on 2 cores.
+conformance: $(BUILD)/cellar venv
+	CELLAR_ST_EXAMPLES=300 CELLAR_ST_TIMEOUT=5400 CELLAR_BIN=$(abspath $(BUILD)/cellar) \
+	  $(VENV)/bin/python -m pytest -q tests/http/test_openapi_conformance.py
 
 # One build: unit tests, then the HTTP suite against the real binary.
 check: $(BUILD)/unit_tests $(BUILD)/cellar venv
