@@ -717,10 +717,12 @@ def _datasets(path: Path) -> list[str]:
 @pytest.mark.timeout(3600 if FULL else 900)
 def test_malformed_corpus(corpus, server_factory, tmp_path):
     root, stores = corpus
-    # Bounded as a server of a shared root would be: answers, and what the
-    # open stores may hold derived (huge trees' indexes and views).
+    # Bounded as a server of a shared root would be: answers, the stores
+    # kept open (each HDF5 file has libhdf5's metadata cache) and what they
+    # may hold derived (huge trees' indexes and views).
     s = server_factory(root, "--probe-timeout-seconds", "5", "--probe-wait-seconds", "30",
-                       "--max-response-bytes", str(64 << 20), "--max-open-bytes", str(64 << 20))
+                       "--max-response-bytes", str(64 << 20), "--max-open-stores", "16",
+                       "--max-open-bytes", str(64 << 20))
     good = s.get("/v1/stores/good.h5ad/obs", columns="cell_type").json()
     ref = ad.read_h5ad(EXAMPLES / "blood.h5ad")
     assert good["index"] == list(ref.obs_names)
