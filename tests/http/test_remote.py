@@ -765,8 +765,10 @@ def test_retries_back_off(tmp_path, here_root, server_factory):
         times = n.request_times("/down/s.zarr/zarr.json")[before:]
         assert len(times) == 4, times  # the first GET and three retries
         gaps = [b - a for a, b in zip(times, times[1:])]
-        assert gaps[0] >= 0.045, gaps
-        assert all(b >= 1.5 * a for a, b in zip(gaps, gaps[1:])), gaps
+        # Each wait at least its doubling share (50, 100, 200 ms, less
+        # nginx's millisecond clock): a loaded machine only lengthens a
+        # wait, so the measured gaps are not compared with each other.
+        assert all(g >= 0.045 * 2 ** i for i, g in enumerate(gaps)), gaps
     finally:
         n.stop()
 

@@ -35,7 +35,7 @@ const out = { views: {}, blocked };
 try {
   for (const view of config.views) {
     const { page, log } = await openPage(context);
-    const r = { requests: log.requests, errors: log.errors };
+    const r = { requests: log.requests, errors: log.errors, aborted: log.aborted };
     out.views[view.name] = r;
     try {
       const q = new URLSearchParams({ url: config.grove, file: config.file, path: view.path });
