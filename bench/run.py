@@ -384,10 +384,13 @@ def probe_cellar(srv, scenarios, results, bodies):
             f.write(body)
 
 
-def start_mhd(cfg, workdir, bodies, pool_kib, name):
+def start_mhd(cfg, workdir, bodies, pool_kib, name, files=None):
+    """The bare libmicrohttpd reference: /mem/ answers the files of bodies,
+    /file/ sends the files under files (default the data's bench.zarr)."""
     port = free_port()
+    files = files or os.path.join(cfg["data_dir"], "bench.zarr")
     return Server(name, [cfg["mhd_bin"], "--port", str(port), "--threads", str(cfg["threads"]),
-                         "--bodies", bodies, "--files", os.path.join(cfg["data_dir"], "bench.zarr"),
+                         "--bodies", bodies, "--files", files,
                          "--memory-limit", str(pool_kib)],
                   "/", port, os.path.join(workdir, f"{name.replace(' ', '_')}.log"))
 

@@ -6,7 +6,11 @@ data converted to zarr (bench/make_zarrview.py writes both, same chunks).
   chunks at larger scales) and of obsm/X_pca (4 MiB chunks), drawn at random
   by bench/wrk/paths.lua, through /v1/stores/view.h5ad/zarr/ and from nginx's
   view.zarr/ (uncompressed on both sides: the view sends HDF5's chunk bytes
-  as they are).  The bytes of each key are compared first.
+  as they are).  The bytes of each key are compared first.  Bare
+  libmicrohttpd (bench/mhd_ref.c, cellar's daemon flags and connection
+  memory limit) sends the same view.zarr files by sendfile: the ceiling of
+  any server built on that library here, so its ratio to nginx says how
+  much of the gap is the HTTP library's.
 - A gene read as Vitessce makes it (its anndata loader, 4.0.8): through
   /v1/stores/view.h5ad/zarr-csc/, X/indptr, then the chunks of X/data and
   X/indices that hold the gene's column; from nginx, the CSR view.zarr's
@@ -15,8 +19,9 @@ data converted to zarr (bench/make_zarrview.py writes both, same chunks).
   connection per side (http.client), the chunks fetched in turn; the
   column read through zarr-csc is checked against the h5ad's first.
 
-BENCH_REPEAT rounds, each measuring cellar and then nginx, so outside load
-falls on both; each ratio is the median of the rounds' ratios.
+BENCH_REPEAT rounds, each measuring cellar, nginx and bare libmicrohttpd in
+turn, so outside load falls on all; each ratio is the median of the rounds'
+ratios.
 """
 
 import http.client
@@ -131,8 +136,8 @@ def chunk_paths(meta, prefix, max_rows=None):
 def measure_keys(cfg, workdir, name, sides):
     """sides: [(label, server, paths, cpu_pid)].  After a warm-up of each,
     BENCH_REPEAT rounds running every side in turn; each side keeps its
-    median run; the ratio of the first side to the second is the median
-    of the rounds' ratios."""
+    median run; ratio_<label>, the first side's to each other's, and with
+    three sides ratio_<third>_<second>, are medians of the rounds' ratios."""
     files = {}
     conns = cfg["connections"]
     for label, srv, paths, _ in sides:
@@ -147,10 +152,14 @@ def measure_keys(cfg, workdir, name, sides):
     for label, *_ in sides:
         runs = sorted((r[label] for r in rounds), key=lambda r: r["rps"])
         out[label] = dict(runs[len(runs) // 2], repeat_rps=[round(r[label]["rps"]) for r in rounds])
-    a, b = sides[0][0], sides[1][0]
-    out["ratio"] = statistics.median(R.ratio(r[a], r[b]) or 0.0 for r in rounds)
-    R.log(f"zarrview {name}: {a} {out[a]['repeat_rps']} {b} {out[b]['repeat_rps']} "
-          f"ratio {out['ratio']:.2f}")
+    first = sides[0][0]
+    for label, *_ in sides[1:]:
+        out[f"ratio_{label}"] = statistics.median(R.ratio(r[first], r[label]) or 0.0 for r in rounds)
+    if len(sides) > 2:  # the second side against the third
+        b, c = sides[1][0], sides[2][0]
+        out[f"ratio_{c}_{b}"] = statistics.median(R.ratio(r[c], r[b]) or 0.0 for r in rounds)
+    R.log(f"zarrview {name}: " + " ".join(f"{label} {out[label]['repeat_rps']}" for label, *_ in sides)
+          + " ratios " + " ".join(f"{k[6:]} {v:.2f}" for k, v in out.items() if k.startswith("ratio_")))
     return out
 
 
@@ -178,7 +187,7 @@ def run_zarrview(cfg, workdir):
     out_dir = os.path.join(R.HERE, "data", f"zarrview-{cfg['scale']:g}")
     m = S.ensure_data("make_zarrview.py", out_dir, cfg["scale"], "ZARRVIEW_VERSION")
     cellar = S.start_cellar(cfg, out_dir, workdir, "zarrview")
-    nginx = None
+    nginx = mhd = None
     try:
         probe = Client(cellar.base)
         status, body = probe.get(f"{VIEW}/.zattrs")
@@ -187,6 +196,10 @@ def run_zarrview(cfg, workdir):
             return unavailable_body(f"HTTP {status} {body[:200].decode(errors='replace')!r}")
         nginx = R.start_nginx(dict(cfg, data_dir=out_dir), workdir)
         ref = Client(nginx.base)
+        bodies = os.path.join(workdir, "zarrview-mhd-bodies")
+        os.makedirs(bodies, exist_ok=True)
+        mhd = R.start_mhd(cfg, workdir, bodies, cfg["pool_kib"], "bare libmicrohttpd (zarrview)",
+                          files=os.path.join(out_dir, REF.strip("/")))
         rows, targets = [], []
         for label, key in (("1 KiB", "obsm/X_umap"), ("4 MiB", "obsm/X_pca")):
             vm, zm = probe.json(f"{VIEW}/{key}/.zarray"), ref.json(f"{REF}/{key}/.zarray")
@@ -194,20 +207,24 @@ def run_zarrview(cfg, workdir):
                 raise RuntimeError(f"{key}: the view's chunks {vm['chunks']} are not the zarr's {zm['chunks']}")
             max_rows = UMAP_KEYS if key.endswith("umap") else None
             vp, zp = chunk_paths(vm, f"{VIEW}/{key}", max_rows), chunk_paths(zm, f"{REF}/{key}", max_rows)
-            diff = same_bytes(cellar, nginx, vp, zp)
+            mp = ["/file" + q[len(REF):] for q in zp]
+            diff = same_bytes(cellar, nginx, vp, zp) or same_bytes(nginx, mhd, zp, mp)
             if diff:
                 raise RuntimeError(f"{key}: the view and the zarr differ: {diff}")
             chunk_bytes = int(np.prod(vm["chunks"])) * np.dtype(vm["dtype"]).itemsize
             res = measure_keys(cfg, workdir, key.replace("/", "_"),
-                               [("cellar", cellar, vp, cellar.pid()), ("nginx", nginx, zp, None)])
-            c, n = res["cellar"], res["nginx"]
+                               [("cellar", cellar, vp, cellar.pid()), ("nginx", nginx, zp, None),
+                                ("mhd", mhd, mp, None)])
+            c, n, b = res["cellar"], res["nginx"], res["mhd"]
+            ratio = res["ratio_nginx"]
             rows.append(f"| {label} chunks (`{key}`, {chunk_bytes:,} bytes, {len(vp)} keys) | "
                         f"{R.fmt_rps(c)} | {R.fmt_ms(c['p50_us'])} | {R.fmt_ms(c['p99_us'])} | "
                         f"{R.fmt_rps(n)} | {R.fmt_ms(n['p50_us'])} | {R.fmt_ms(n['p99_us'])} | "
-                        f"**{R.fmt_ratio(res['ratio'])}** |")
-            errors = c["errors"] + n["errors"]
-            targets.append((f"view chunk keys, {label}: at least 0.9x nginx", res["ratio"] >= 0.9,
-                            f"{res['ratio']:.2f}x"))
+                        f"**{R.fmt_ratio(ratio)}** | {R.fmt_rps(b)} | "
+                        f"{R.fmt_ratio(res['ratio_mhd_nginx'])} | {R.fmt_ratio(res['ratio_mhd'])} |")
+            errors = c["errors"] + n["errors"] + b["errors"]
+            targets.append((f"view chunk keys, {label}: at least 0.9x nginx", ratio >= 0.9,
+                            f"{ratio:.2f}x (bare libmicrohttpd: {res['ratio_mhd_nginx']:.2f}x)"))
             targets.append((f"view chunk keys, {label}: no errors", errors == 0, str(errors)))
 
         # The gene read.
@@ -264,17 +281,23 @@ def run_zarrview(cfg, workdir):
         cellar.stop()
         if nginx:
             nginx.stop()
+        if mhd:
+            mhd.stop()
     genes = ", ".join(m["read_genes"])
     body = f"""`{STORE}` ({m['cells']:,} cells x {m['genes']:,} genes, {m['nnz']:,} stored values in a
 CSR X; `bench/make_zarrview.py`) through cellar's zarr view, against nginx serving
 `view.zarr`, the same AnnData converted by anndata.write_zarr with the same chunks,
-uncompressed on both sides; the bytes of every key compared first. BENCH_REPEAT
-rounds, cellar then nginx in each; each ratio is the median of the rounds' ratios.
+uncompressed on both sides; the bytes of every key compared first. Bare
+libmicrohttpd (`bench/mhd_ref.c`: cellar's daemon flags and
+{cfg['pool_kib']} KiB connection memory limit, a file opened per request and
+sent by sendfile) serves the same `view.zarr` files: no server built on
+that library goes faster here. BENCH_REPEAT rounds, cellar, nginx and bare
+libmicrohttpd in turn in each; each ratio is the median of the rounds' ratios.
 
 Chunk keys ({cfg['connections']} connections, wrk `bench/wrk/paths.lua`, keys at random):
 
-| keys | cellar req/s | p50 (ms) | p99 (ms) | nginx req/s | p50 (ms) | p99 (ms) | ratio |
-|---|---|---|---|---|---|---|---|
+| keys | cellar req/s | p50 (ms) | p99 (ms) | nginx req/s | p50 (ms) | p99 (ms) | cellar / nginx | bare libmicrohttpd req/s | libmicrohttpd / nginx | cellar / libmicrohttpd |
+|---|---|---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
 One gene read as Vitessce's anndata loader makes it: through `zarr-csc/`, `X/indptr`
