@@ -385,12 +385,14 @@ function select(rows) {
 let viewTimer = 0;
 function viewChanged(v) {
   clearTimeout(viewTimer);
-  // The view snaps to what the URL holds, so a shared URL draws the same.
+  // The view snaps to what the URL holds, so a shared URL draws the same;
+  // before the scatterplot's own settle (SETTLE_MS, 150 ms), so that the
+  // points are drawn once when the input rests, not twice.
   viewTimer = setTimeout(() => {
     const r = { cx: round(v.cx), cy: round(v.cy), zoom: round(v.zoom) };
     if (scatter) scatter.setView(r);
     writeState({ v: [r.cx, r.cy, r.zoom].join(',') });
-  }, 250);
+  }, 120);
 }
 
 // ---------------------------------------------------------------- hover

@@ -300,6 +300,10 @@ def test_a_shared_url_restores_the_view(seen):
     assert re.search(r"[#&]s=cells\.h5ad(&|$)", sc["sharedUrl"])
     assert "&v=" in sc["sharedUrl"] and "c=obs%3Acell_type" in sc["sharedUrl"]
     assert sc["zoomView"]["zoom"] > 2
+    # While the wheel and the drag go on, frames move the last picture; the
+    # points are drawn again once the input rests (at least once), and fewer
+    # times than frames were shown.
+    assert sc["moveDrawn"] >= 1 and sc["moveFrames"] > sc["moveDrawn"], (sc["moveFrames"], sc["moveDrawn"])
     assert sc["restoredView"] == sc["zoomView"]
     assert sc["restoredControls"] == {"store": "cells.h5ad", "obsm": "X_umap", "color": "obs:cell_type"}
     assert sc["restored"]["drawn"] > 1000

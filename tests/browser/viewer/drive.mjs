@@ -208,7 +208,9 @@ async function scatter(context) {
 
   // Zoom and pan, then the URL opened in a new page draws the same picture.
   const box = await page.$eval('#scatter canvas', (c) => { const r = c.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; });
+  const counts = () => page.evaluate(() => ({ frames: window.cellar.scatter.frames, drawn: window.cellar.scatter.drawn }));
   await page.mouse.move(box[0] + box[2] * 0.6, box[1] + box[3] * 0.4);
+  const beforeMove = await counts();
   for (let k = 0; k < 3; k++) await page.mouse.wheel(0, -300);
   await page.mouse.down();
   await page.mouse.move(box[0] + box[2] * 0.5, box[1] + box[3] * 0.5, { steps: 5 });
@@ -216,6 +218,9 @@ async function scatter(context) {
   await page.waitForFunction(() => /[#&]v=/.test(location.hash), null, { timeout: TIMEOUT });
   await page.waitForTimeout(400);
   await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+  const afterMove = await counts();
+  out.moveFrames = afterMove.frames - beforeMove.frames;
+  out.moveDrawn = afterMove.drawn - beforeMove.drawn;
   out.sharedUrl = page.url();
   out.zoomed = await snap(page, '#scatter canvas', 'zoomed');
   out.zoomView = await page.evaluate(() => window.cellar.scatter.view);
