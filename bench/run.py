@@ -15,7 +15,7 @@ Environment:
                       this many times and keep the median one (default 1);
                       on a VM whose host takes CPU in bursts (steal) use 3;
                       the probe section multiplies its runs by it
-  BENCH_PROBE_RUNS    direct `cellar --probe FILE` runs per store (default 9,
+  BENCH_PROBE_RUNS    direct `cellar --probe-file FILE` runs per store (default 9,
                       times BENCH_REPEAT)
   BENCH_PROBE_FIRST_RUNS  first requests per store and probe mode (default 5,
                       times BENCH_REPEAT), each on a freshly started cellar

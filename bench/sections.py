@@ -137,7 +137,7 @@ def load_client(section, cfg):
                 "each target row names its client")
     if section == "probe":
         n = max(cfg.get("repeat", 1), 1)
-        return (f"runs: `cellar --probe FILE` {R.env_int('BENCH_PROBE_RUNS', PROBE_RUNS) * n} "
+        return (f"runs: `cellar --probe-file FILE` {R.env_int('BENCH_PROBE_RUNS', PROBE_RUNS) * n} "
                 f"times per store, and {R.env_int('BENCH_PROBE_FIRST_RUNS', PROBE_FIRST_RUNS) * n}"
                 " first requests per store and probe mode, one GET (urllib) per freshly "
                 f"started cellar" + (f" (BENCH_REPEAT={n})" if n > 1 else ""))
@@ -926,7 +926,7 @@ def matrix_markdown(cfg, out):
 # The probe (issue 19)
 #
 # Before the server opens an HDF5 file version with libhdf5, a child
-# `cellar --probe FILE` walks it (server/probe.c, storage/hdf5/h5_probe.c).
+# `cellar --probe-file FILE` walks it (server/probe.c, storage/hdf5/h5_probe.c).
 # This section measures that walk on every HDF5 store the harness makes:
 # run directly (wall time, CPU and peak RSS from wait4, what the verdict
 # line says it walked), and as it shows in a first request (a fresh cellar
@@ -1015,9 +1015,9 @@ def pctl(xs, q):
 
 
 def direct_probes(cfg, workdir, path, runs):
-    """`cellar --probe path` run `runs` times after one unmeasured run (the
+    """`cellar --probe-file path` run `runs` times after one unmeasured run (the
     file then sits in the page cache, as for a server that just saw it)."""
-    argv = [cfg["cellar_bin"], "--probe", path]
+    argv = [cfg["cellar_bin"], "--probe-file", path]
     spawn_timed(argv, workdir)
     out = []
     for _ in range(runs):

@@ -125,7 +125,7 @@ int main(int argc, char **argv)
      * libhdf5 runs on the same kind of heap as in the process it vouches for. */
     /* ... and guards its blocks, so that libhdf5 straying out of one
      * faults here instead of passing unnoticed (server/probe_heap.h). */
-    if (argc == 3 && strcmp(argv[1], "--probe") == 0) {
+    if (argc == 3 && strcmp(argv[1], "--probe-file") == 0) {
         tune_malloc();
         probe_heap_guard();
         probe_child_main(argv[2]); /* does not return */

@@ -232,7 +232,7 @@ static int fd_above(int fd, int min)
     return moved;
 }
 
-/* Starts `<this binary> --probe path` (or `--probe-reader SIZE` with the
+/* Starts `<this binary> --probe-file path` (or `--probe-reader SIZE` with the
  * reads of rd on fd 3) with its limits; -1 when it cannot. */
 static int child_start(const probe_runner_config *cfg, const char *path, const probe_reader *rd,
                        child_run *c)
@@ -272,7 +272,7 @@ static int child_start(const probe_runner_config *cfg, const char *path, const p
     }
     char size_text[32];
     snprintf(size_text, sizeof size_text, "%llu", rd ? (unsigned long long)rd->size : 0ull);
-    char *argv_file[] = {"cellar", "--probe", (char *)path, NULL};
+    char *argv_file[] = {"cellar", "--probe-file", (char *)path, NULL};
     char *argv_reader[] = {"cellar", "--probe-reader", size_text, NULL};
     char **argv = rd ? argv_reader : argv_file;
     rlim_t cpu = (rlim_t)ceil(cfg->timeout_seconds) + 1;

@@ -1,5 +1,5 @@
 /* The probe process: before libhdf5 sees a file version in the serving
- * process, a child process (this binary run as `cellar --probe FILE`)
+ * process, a child process (this binary run as `cellar --probe-file FILE`)
  * walks it (storage/hdf5/h5_probe.h) under a deadline, a CPU-time limit
  * and a memory bound.  A child that crashes, hangs or grows past its bound
  * costs only itself: the file version is refused (storage/probe_cache.h
@@ -40,7 +40,7 @@ void probe_runner_run(void *ctx, const char *path, const probe_reader *rd, probe
 void probe_runner_stop(void *ctx);
 
 /* The child's side: walks path, prints one verdict line on stdout and
- * exits (never returns).  main() calls it for `cellar --probe FILE`. */
+ * exits (never returns).  main() calls it for `cellar --probe-file FILE`. */
 void probe_child_main(const char *path);
 
 /* The child's side for a file the parent reads for it (`cellar

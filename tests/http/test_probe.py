@@ -286,7 +286,7 @@ def probe_children(server) -> int:
             cmd = (d / "cmdline").read_bytes().split(b"\0")
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == server.proc.pid and b"--probe" in cmd:
+        if ppid == server.proc.pid and b"--probe-file" in cmd:
             n += 1
     return n
 
@@ -391,7 +391,7 @@ def test_no_probe_flag(tmp_path, server_factory):
 
 
 def test_probe_walks_what_the_server_reads(tmp_path):
-    """`cellar --probe FILE` itself: one verdict line with the file's identity
+    """`cellar --probe-file FILE` itself: one verdict line with the file's identity
     and what was walked (strings read through libhdf5, datasets, attributes)."""
     import subprocess
 
@@ -406,7 +406,7 @@ def test_probe_walks_what_the_server_reads(tmp_path):
         g.create_dataset("scaled", data=np.arange(1000, dtype="i4"), scaleoffset=0, chunks=(100,))
         f["obs/again"] = g["names"]  # a hard link: walked once
         f["loop"] = f["obs"]         # a cycle through a hard link to a group
-    out = subprocess.run([str(cellar_bin()), "--probe", str(path)], capture_output=True, text=True,
+    out = subprocess.run([str(cellar_bin()), "--probe-file", str(path)], capture_output=True, text=True,
                          timeout=30).stdout
     fields = out.split()
     assert fields[:2] == ["CELLAR-PROBE", "ok"], out
@@ -425,7 +425,7 @@ def probe_verdict(path: Path) -> tuple[int, list[str]]:
 
     from conftest import cellar_bin
 
-    out = subprocess.run([str(cellar_bin()), "--probe", str(path)], capture_output=True, text=True,
+    out = subprocess.run([str(cellar_bin()), "--probe-file", str(path)], capture_output=True, text=True,
                          timeout=60)
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("CELLAR-PROBE ")), "")
     return out.returncode, line.split()

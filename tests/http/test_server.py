@@ -162,6 +162,27 @@ def test_environment_variables_configure_the_server(tmp_path, data_root):
         proc.wait(timeout=10)
 
 
+def test_probe_flag_alone_turns_the_probe_off(tmp_path, data_root):
+    """`cellar --probe 0` with nothing else on the command line (the rest
+    from the environment) is the flag: a server that opens HDF5 stores
+    without a probe process, not the internal probe mode walking a file
+    named "0" (which the child mode once took it for)."""
+    port = free_port()
+    proc = _spawn({"CELLAR_ROOT": str(data_root), "CELLAR_PORT": str(port)}, ["--probe", "0"],
+                  tmp_path / "log")
+    try:
+        _wait_health(port, proc)
+        h5 = next(n for n in sorted(p.name for p in data_root.iterdir()) if n.endswith(".h5ad"))
+        assert requests.get(f"http://127.0.0.1:{port}/v1/stores/{h5}", timeout=10).status_code == 200
+        metrics = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        # No probe ran (with the probe on, outcome="ok" counts 1 here).
+        probes = [line for line in metrics.splitlines() if line.startswith("cellar_probes_total{")]
+        assert sum(float(line.rsplit(" ", 1)[1]) for line in probes) == 0, probes
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 def test_sigterm_drains_and_exits_zero(tmp_path, data_root):
     port = free_port()
     proc = _spawn({}, ["--root", str(data_root), "--port", str(port)], tmp_path / "log")
