@@ -134,7 +134,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             tree_json_reader_legacy(lr, &info);
             for (size_t i = 0; i < tree_forest_count(f3); i++)
                 check_tree(tree_forest_tree(f3, i));
-            if (!whole) {
+            /* The wrapper's own members come back, unless the input (not
+             * one JSON value) adds members of its own: '{}, "label": "x"'
+             * makes a second label, and the last one counts, as in
+             * Python's json, which treedata reads raw.treedata with. */
+            if (!whole && single_value) {
                 MUST(info.has_trees && info.has_label && info.label &&
                      strcmp(info.label, "lab") == 0);
                 MUST(info.has_allow_overlap && info.allow_overlap == 1);
