@@ -230,7 +230,7 @@ export class Scatter {
     const gl = this.gl;
     const pic = this.picture;
     this.frames++;
-    if (this.moving && pic && pic.valid && pic.width === this.canvas.width && pic.height === this.canvas.height) {
+    if (this.moving && pic && pic.valid) { // a resize invalidates it
       this._showPicture(this._pictureRect(pic.view));
       return;
     }
