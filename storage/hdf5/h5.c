@@ -1305,6 +1305,41 @@ int h5_object_in_other_file(hid_t obj, const node *root)
     return root->ops != &h5_ops || in_other_file(obj, root->impl);
 }
 
+/* An identity of obj within its file (see h5_object_address). */
+static int object_address(hid_t obj, uint64_t *addr)
+{
+#if H5_VERSION_GE(1, 12, 0)
+    H5O_info2_t info;
+    if (H5Oget_info3(obj, &info, H5O_INFO_BASIC) < 0)
+        return -1;
+    uint64_t a = 0;
+    memcpy(&a, &info.token, sizeof a < sizeof info.token ? sizeof a : sizeof info.token);
+    *addr = a ^ ((uint64_t)info.fileno << 48);
+#else
+    H5O_info_t info;
+    if (H5Oget_info2(obj, &info, H5O_INFO_BASIC) < 0)
+        return -1;
+    *addr = (uint64_t)info.addr ^ ((uint64_t)info.fileno << 48);
+#endif
+    return 0;
+}
+
+/* The ancestor of child group obj (parent or above) that is the same
+ * group, or NULL.  A hard link may name a group that contains it: libhdf5
+ * follows it forever, and every path through the cycle would be a new
+ * element of the tree (the zarr view's listing of a store repeats the whole
+ * store under each turn, up to the key depth). */
+static const node *cycle_ancestor(node *parent, hid_t obj)
+{
+    uint64_t addr, at;
+    if (H5Iget_type(obj) != H5I_GROUP || object_address(obj, &addr))
+        return NULL;
+    for (node *p = parent; p; p = p->parent)
+        if (p->ops == &h5_ops && !h5_object_address(p, &at) && at == addr)
+            return p;
+    return NULL;
+}
+
 static int h5_open_child(node *parent, const char *name, node **out, cellar_error *err)
 {
     h5_quiet();
@@ -1351,6 +1386,13 @@ static int h5_open_child(node *parent, const char *name, node **out, cellar_erro
         if (li.type == H5L_TYPE_SOFT)
             return h5_fail(err, CELLAR_EFORMAT, "'%s' is a soft link to nothing", shown);
         return h5_fail(err, CELLAR_EFORMAT, "cannot open '%s'", shown);
+    }
+    const node *again = cycle_ancestor(parent, obj);
+    if (again) {
+        H5Oclose(obj);
+        return cellar_fail(err, CELLAR_EFORMAT,
+                           "'%s' links back to '%s', which contains it (a cycle, not followed)",
+                           shown, again->path[0] ? again->path : "/");
     }
     int foreign = ph->foreign || (li.type != H5L_TYPE_HARD && in_other_file(obj, root));
     return h5_node_wrap(parent, name, obj, H5I_INVALID_HID, foreign, NULL, out, err);
@@ -2958,20 +3000,7 @@ int h5_object_address(node *n, uint64_t *addr)
     const h5_node *h = n->impl;
     if (h->field)
         return -1; /* the dataset's address: a field is not an object */
-#if H5_VERSION_GE(1, 12, 0)
-    H5O_info2_t info;
-    if (H5Oget_info3(h->obj, &info, H5O_INFO_BASIC) < 0)
-        return -1;
-    uint64_t a = 0;
-    memcpy(&a, &info.token, sizeof a < sizeof info.token ? sizeof a : sizeof info.token);
-    *addr = a ^ ((uint64_t)info.fileno << 48);
-#else
-    H5O_info_t info;
-    if (H5Oget_info2(h->obj, &info, H5O_INFO_BASIC) < 0)
-        return -1;
-    *addr = (uint64_t)info.addr ^ ((uint64_t)info.fileno << 48);
-#endif
-    return 0;
+    return object_address(h->obj, addr);
 }
 
 /* The next chunk origin of a grid in C order; 0 when past the last. */

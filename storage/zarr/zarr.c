@@ -458,15 +458,18 @@ static int list_failure(int rc, cellar_error *err)
 
 /* Collects the plain names a source lists (any type) into the name_list
  * ctx. */
+/* Collects the names that may be child nodes: directories (and, from
+ * sources that cannot tell, files), never a FIFO, a device or a symlink
+ * back to a directory above (zarr_dir.c lists those as other). */
 static int collect_name(void *ctx, const char *name, zarr_entry_type type)
 {
-    (void)type;
-    if (!valid_name(name))
+    if (type == ZARR_ENTRY_OTHER || !valid_name(name))
         return 0;
     return name_add(ctx, name, strlen(name)) ? CELLAR_ENOMEM : 0;
 }
 
-/* The plain names in directory rel of the source (unsorted). */
+/* The names of directory rel of the source that may be child nodes
+ * (unsorted). */
 static int list_names(zarr_source *src, const char *rel, name_list *l, cellar_error *err)
 {
     int rc = src->ops->list(src, rel, collect_name, l, err);

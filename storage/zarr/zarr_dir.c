@@ -372,9 +372,36 @@ static int list_failure(int e, const char *rel, cellar_error *err)
     return cellar_fail(err, code, "cannot list '/%s': %s", rel, strerror(e));
 }
 
+/* Whether directory `target` is dir itself or one of its parents up to the
+ * store's directory (store_fd): a symlink there makes a cycle. */
+static int is_dir_or_parent(int store_fd, int dir, const struct stat *target)
+{
+    struct stat top, cur;
+    if (fstat(store_fd, &top) != 0)
+        return 0;
+    int fd = openat(dir, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    int found = 0;
+    for (int up = 0; fd >= 0 && up < 256 && !found; up++) {
+        if (fstat(fd, &cur) != 0)
+            break;
+        found = cur.st_dev == target->st_dev && cur.st_ino == target->st_ino;
+        if (found || (cur.st_dev == top.st_dev && cur.st_ino == top.st_ino))
+            break;
+        int parent = openat(fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        close(fd);
+        fd = parent;
+    }
+    if (fd >= 0)
+        close(fd);
+    return found;
+}
+
 /* What a directory entry is, symlinks followed (beneath the store: a link
- * that leads out lists as what it points to but is never opened). */
-static zarr_entry_type entry_type(DIR *d, const struct dirent *e)
+ * that leads out lists as what it points to but is never opened).  A
+ * symlink to the directory listed or to a parent of it lists as neither
+ * file nor directory: followed, every walk of the store would go round it
+ * to its depth limit. */
+static zarr_entry_type entry_type(const zarr_dir *zd, DIR *d, const struct dirent *e)
 {
     unsigned char type = e->d_type;
     if (type == DT_UNKNOWN || type == DT_LNK) {
@@ -382,6 +409,8 @@ static zarr_entry_type entry_type(DIR *d, const struct dirent *e)
         if (fstatat(dirfd(d), e->d_name, &st, 0) != 0)
             return ZARR_ENTRY_OTHER;
         type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
+        if (type == DT_DIR && e->d_type != DT_DIR && is_dir_or_parent(zd->fd, dirfd(d), &st))
+            return ZARR_ENTRY_OTHER;
     }
     return type == DT_DIR ? ZARR_ENTRY_DIR : type == DT_REG ? ZARR_ENTRY_FILE : ZARR_ENTRY_OTHER;
 }
@@ -398,7 +427,7 @@ static int dir_list(zarr_source *s, const char *rel, zarr_list_fn fn, void *ctx,
     while (!rc && (e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
-        rc = fn(ctx, e->d_name, entry_type(d, e));
+        rc = fn(ctx, e->d_name, entry_type(zd, d, e));
     }
     zarr_dir_note_fd(zd, dirfd(d)); /* an entry added or removed meanwhile */
     closedir(d);
