@@ -41,7 +41,6 @@ static void table_free(void *v)
     if (!tab)
         return;
     free(tab->rec);
-    free(tab->thin);
     free(tab->rank);
     free(tab->names);
     free(tab->slot);
@@ -229,9 +228,7 @@ static int fill_records(tx_table *tab, const tree_index *t, cellar_error *err)
         rec->is_tip = nc == 0;
     }
     free(order);
-    if (!(tab->thin = tree_thin_nodes(t)))
-        return cellar_fail(err, CELLAR_ENOMEM, "out of memory");
-    tab->bytes_extra = pool + (size_t)n * (sizeof *tab->rank + sizeof *tab->thin);
+    tab->bytes_extra = pool + (size_t)n * sizeof *tab->rank;
     return 0;
 }
 
@@ -688,7 +685,7 @@ static int write_nodes(buf *body, const tx_req *tr, const double bx[4], arena *a
     tree_thin_box box = {bx[0] / tab->scale_x, bx[1] / tab->scale_x, bx[2] / tab->scale_y,
                          bx[3] / tab->scale_y, TX_ROWS};
     if (tree_index_node_count(tr->t) > 0 && bx[0] <= bx[1] && bx[2] <= bx[3] &&
-        (rc = tree_index_thin_with(tr->t, tab->thin, tab->rank, &box, a, &e, &k, &thinned,
+        (rc = tree_index_thin_with(tr->t, NULL, tab->rank, &box, a, &e, &k, &thinned,
                                    err)))
         return rc;
     body->len = 0;

@@ -49,7 +49,6 @@ typedef struct tx_table {
     tx_rec *rec;             /* by y rank: nodes sorted by y, then preorder */
     int32_t *rank;           /* per node: its index in rec */
     char *names;             /* the ids, in rec's order (rec[].name points in) */
-    tree_thin_node *thin;    /* what nodes/ thins with, by node number */
     arena *a;
     double scale_x, scale_y;
     double max_x, max_y;     /* extents in Taxonium units (mins are 0) */
