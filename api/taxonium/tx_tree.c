@@ -685,7 +685,7 @@ static int write_nodes(buf *body, const tx_req *tr, const double bx[4], arena *a
     tree_thin_box box = {bx[0] / tab->scale_x, bx[1] / tab->scale_x, bx[2] / tab->scale_y,
                          bx[3] / tab->scale_y, TX_ROWS};
     if (tree_index_node_count(tr->t) > 0 && bx[0] <= bx[1] && bx[2] <= bx[3] &&
-        (rc = tree_index_thin_with(tr->t, NULL, tab->rank, &box, a, &e, &k, &thinned,
+        (rc = tree_index_thin_with(tr->t, tab->rank, &box, a, &e, &k, &thinned,
                                    err)))
         return rc;
     body->len = 0;

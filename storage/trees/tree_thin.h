@@ -41,18 +41,6 @@ typedef struct tree_thin_box {
     int32_t rows;     /* bins along y, > 0 */
 } tree_thin_box;
 
-/* What the thinning reads of a node, in one record (one cache miss where
- * the index's arrays cost one each): callers that thin one big tree often
- * build them once with tree_thin_nodes and pass them in. */
-typedef struct tree_thin_node {
-    double x, x_max, y;
-    int32_t leaf_first, leaf_count, n_children, pre;
-} tree_thin_node;
-
-/* The records of every node of t, by node number, malloc'd (free()), or
- * NULL when out of memory. */
-tree_thin_node *tree_thin_nodes(const tree_index *t);
-
 /* rank[v]: node v's place among all nodes of t sorted by y, then by
  * preorder (the order of the answers below), malloc'd (free()), or NULL when
  * out of memory.  O(n log n). */
@@ -69,11 +57,10 @@ int64_t tree_thin_row(const tree_thin_box *box, double y);
 int tree_index_thin(const tree_index *t, const tree_thin_box *box, arena *a,
                     tree_view_entry **out, int32_t *n_out, int *thinned, cellar_error *err);
 
-/* The same with the records of tree_thin_nodes(t) (NULL: read the index)
- * and the ranks of tree_thin_y_ranks(t) (NULL: sort by comparisons); the
- * answer is the same either way. */
-int tree_index_thin_with(const tree_index *t, const tree_thin_node *nodes,
-                         const int32_t *y_rank, const tree_thin_box *box, arena *a, tree_view_entry **out,
-                         int32_t *n_out, int *thinned, cellar_error *err);
+/* The same with the ranks of tree_thin_y_ranks(t) (NULL: sort by
+ * comparisons); the answer is the same either way. */
+int tree_index_thin_with(const tree_index *t, const int32_t *y_rank, const tree_thin_box *box,
+                         arena *a, tree_view_entry **out, int32_t *n_out, int *thinned,
+                         cellar_error *err);
 
 #endif

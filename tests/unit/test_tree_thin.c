@@ -110,8 +110,6 @@ void test_tree_thin_random(void)
         if (!t)
             return;
         arena *a = arena_new();
-        tree_thin_node *nd = tree_thin_nodes(t);
-        CHECK(nd != NULL);
         double ym = tree_index_leaf_total(t) - 1, xm = tree_index_x_max(t, 0);
         const tree_thin_box boxes[] = {
             {0, xm, 0, ym, 2000},
@@ -127,14 +125,6 @@ void test_tree_thin_random(void)
             int32_t k = 0;
             int thinned = 0;
             CHECK_EQ(tree_index_thin(t, &boxes[i], a, &e, &k, &thinned, &err), 0);
-            /* the same with the records built once */
-            tree_view_entry *e2 = NULL;
-            int32_t k2 = 0;
-            int thinned2 = 0;
-            CHECK_EQ(tree_index_thin_with(t, nd, NULL, &boxes[i], a, &e2, &k2, &thinned2, &err), 0);
-            CHECK_EQ(k2, k);
-            CHECK_EQ(thinned2, thinned);
-            CHECK(k == 0 || memcmp(e, e2, (size_t)k * sizeof *e) == 0);
             int left = check_answer(t, &boxes[i], e, k);
             CHECK_EQ(thinned || left == 0, 1);
             if (i == 0)
@@ -144,7 +134,6 @@ void test_tree_thin_random(void)
             if (i == 6)
                 CHECK_EQ(k, 0);
         }
-        free(nd);
         arena_free(a);
         tree_index_free(t);
     }
@@ -160,11 +149,9 @@ void test_tree_thin_rank_order(void)
     for (int round = 0; round < 3; round++) {
         tree_index *t = random_tree(round == 2 ? 3 : 30000, 7u + (unsigned)round, round % 2);
         int32_t *rank = t ? tree_thin_y_ranks(t) : NULL;
-        tree_thin_node *nd = t ? tree_thin_nodes(t) : NULL;
-        CHECK(t && rank && nd);
-        if (!t || !rank || !nd) {
+        CHECK(t && rank);
+        if (!t || !rank) {
             free(rank);
-            free(nd);
             tree_index_free(t);
             return;
         }
@@ -197,8 +184,8 @@ void test_tree_thin_rank_order(void)
             tree_view_entry *e1 = NULL, *e2 = NULL;
             int32_t k1 = 0, k2 = 0;
             int th1 = 0, th2 = 0;
-            CHECK_EQ(tree_index_thin_with(t, nd, NULL, &b, a, &e1, &k1, &th1, &err), 0);
-            CHECK_EQ(tree_index_thin_with(t, nd, rank, &b, a, &e2, &k2, &th2, &err), 0);
+            CHECK_EQ(tree_index_thin_with(t, NULL, &b, a, &e1, &k1, &th1, &err), 0);
+            CHECK_EQ(tree_index_thin_with(t, rank, &b, a, &e2, &k2, &th2, &err), 0);
             CHECK_EQ(k2, k1);
             CHECK_EQ(th2, th1);
             CHECK(k1 == k2 && (k1 == 0 || memcmp(e1, e2, (size_t)k1 * sizeof *e1) == 0));
@@ -207,7 +194,6 @@ void test_tree_thin_rank_order(void)
         }
         arena_free(a);
         free(rank);
-        free(nd);
         tree_index_free(t);
     }
 }
