@@ -18,7 +18,8 @@ native ones, the zarr view's metadata and chunk keys (zarr/ and zarr-csc/),
 h5grove's on HDF5 files and Taxonium's on trees.  A 2xx answer about an
 element a mutation left alone must equal the source's.  CELLAR_CORPUS=full
 makes the whole corpus (make test-corpus); the default is a seeded subset
-that covers every kind.  Under the sanitizer build (make test runs this
+that covers every kind; CELLAR_CORPUS_MEMORY_TRACE=FILE writes the
+server's resident and peak memory after each store, to find what grows.  Under the sanitizer build (make test runs this
 file under both builds) a sanitizer report in the log is a failure.
 """
 
