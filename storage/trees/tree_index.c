@@ -21,8 +21,8 @@ struct tree_index {
     int n_blocks;
     size_t block_bytes;
     const char **id;
-    const char **attrs;
-    const char **eattrs;     /* attributes of the edge into each node */
+    const char **attrs;      /* NULL when every node's is {} */
+    const char **eattrs;     /* attributes of the edge into each node; NULL: all {} */
     double *blen;            /* `length` of the edge into each node, or NAN */
     uint32_t *slot;          /* open addressing table of node numbers */
     uint32_t slot_mask;
@@ -176,13 +176,24 @@ int32_t tree_index_find(const tree_index *t, const char *id, size_t len)
     }
 }
 
+/* Whether every one of the n attribute texts is absent or "{}": then the
+ * index keeps no array of them (8 bytes a node). */
+static int all_empty(const char *const *attrs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (attrs[i] && strcmp(attrs[i], empty_attrs) != 0)
+            return 0;
+    return 1;
+}
+
 /* Each node's incoming edge attributes and length, from the edge lists,
  * which are freed then. */
 static int scatter_edge_attrs(tree_index *t, tree_parts *p, cellar_error *err)
 {
-    t->eattrs = alloc_n(t, (size_t)t->n, sizeof *t->eattrs);
+    int any_attrs = p->eattrs && !all_empty(p->eattrs, (size_t)t->n_edges);
+    t->eattrs = any_attrs ? alloc_n(t, (size_t)t->n, sizeof *t->eattrs) : NULL;
     t->blen = alloc_n(t, (size_t)t->n, sizeof *t->blen);
-    if (!t->eattrs || !t->blen)
+    if ((any_attrs && !t->eattrs) || !t->blen)
         return fail_nomem(err);
     for (int32_t v = 0; v < t->n; v++)
         t->blen[v] = NAN;
@@ -190,7 +201,8 @@ static int scatter_edge_attrs(tree_index *t, tree_parts *p, cellar_error *err)
         int32_t d = p->dst[e];
         if (d < 0 || d >= t->n)
             continue; /* reported by link_edges */
-        t->eattrs[d] = p->eattrs && p->eattrs[e] ? p->eattrs[e] : empty_attrs;
+        if (t->eattrs)
+            t->eattrs[d] = p->eattrs[e] ? p->eattrs[e] : empty_attrs;
         t->blen[d] = p->elen ? p->elen[e] : NAN;
     }
     free(p->eattrs);
@@ -548,15 +560,18 @@ int tree_index_build(arena *a, tree_parts *p, tree_index **out, cellar_error *er
         p->ids = calloc(n ? n : 1, sizeof *p->ids);
     t->id = adopt(t, p->ids, n * sizeof *t->id);
     p->ids = NULL;
-    if (!p->attrs)
-        p->attrs = calloc(n ? n : 1, sizeof *p->attrs);
-    t->attrs = adopt(t, p->attrs, n * sizeof *t->attrs);
+    if (p->attrs && all_empty(p->attrs, n)) {
+        free(p->attrs);
+        p->attrs = NULL;
+    }
+    t->attrs = p->attrs ? adopt(t, p->attrs, n * sizeof *t->attrs) : NULL;
+    int attrs_lost = p->attrs && !t->attrs;
     p->attrs = NULL;
-    if (!t->id || !t->attrs) {
+    if (!t->id || attrs_lost) {
         rc = fail_nomem(err);
         goto done;
     }
-    for (int32_t v = 0; v < t->n; v++)
+    for (int32_t v = 0; t->attrs && v < t->n; v++)
         if (!t->attrs[v])
             t->attrs[v] = empty_attrs;
     if ((rc = take_hash(t, p, err)) < 0 || (rc = scatter_edge_attrs(t, p, err)) < 0 ||
@@ -616,8 +631,17 @@ const int32_t *tree_index_roots(const tree_index *t, int32_t *n)
 }
 
 const char *tree_index_id(const tree_index *t, int32_t node) { return t->id[node]; }
-const char *tree_index_attrs(const tree_index *t, int32_t node) { return t->attrs[node]; }
-const char *tree_index_edge_attrs(const tree_index *t, int32_t node) { return t->eattrs[node]; }
+const char *tree_index_attrs(const tree_index *t, int32_t node)
+{
+    return t->attrs ? t->attrs[node] : empty_attrs;
+}
+
+const char *tree_index_edge_attrs(const tree_index *t, int32_t node)
+{
+    if (t->eattrs)
+        return t->eattrs[node];
+    return t->parent[node] >= 0 ? empty_attrs : NULL;
+}
 double tree_index_branch_length(const tree_index *t, int32_t node) { return t->blen[node]; }
 int32_t tree_index_parent(const tree_index *t, int32_t node) { return t->parent[node]; }
 int32_t tree_index_depth(const tree_index *t, int32_t node) { return t->depth[node]; }
