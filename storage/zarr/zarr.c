@@ -456,11 +456,9 @@ static int list_failure(int rc, cellar_error *err)
     return rc;
 }
 
-/* Collects the plain names a source lists (any type) into the name_list
- * ctx. */
-/* Collects the names that may be child nodes: directories (and, from
- * sources that cannot tell, files), never a FIFO, a device or a symlink
- * back to a directory above (zarr_dir.c lists those as other). */
+/* Collects the names of the directories and files a source lists into
+ * the name_list ctx, never an entry listed as other (a FIFO, a device, a
+ * symlink back to a directory above: zarr_dir.c), which is no child node. */
 static int collect_name(void *ctx, const char *name, zarr_entry_type type)
 {
     if (type == ZARR_ENTRY_OTHER || !valid_name(name))
